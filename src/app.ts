@@ -1,0 +1,116 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { type Authenticator, authHook } from './auth/authenticator.js';
+import type { PlaybookService } from './catalog/playbook-service.js';
+import { NotFoundError } from './errors.js';
+import { conditionalGet } from './http/caching.js';
+import { handleError } from './http/problem.js';
+import { normalizeQuery } from './http/query.js';
+import { operationsRoutes, type ReadinessCheck } from './routes/operations.js';
+import { playbookRoutes } from './routes/playbook.js';
+import { Problem } from './schemas/common.js';
+import { playbookSchemas } from './schemas/playbook.js';
+
+export interface AppDependencies {
+  readonly playbook: PlaybookService;
+  readonly authenticator: Authenticator;
+  readonly readiness: readonly ReadinessCheck[];
+  /** A pino logger, or Fastify logger options; tests pass `false`. */
+  readonly logger?: FastifyServerOptions['logger'] | FastifyBaseLogger;
+  /** Extra route plugins composed by the caller (the identity area). */
+  readonly plugins?: readonly ((app: FastifyInstance) => Promise<void>)[];
+}
+
+const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Echo a caller's request id when it is sane; otherwise make one (D2). */
+function requestIdOf(request: IncomingMessage): string {
+  const sent = request.headers['x-request-id'];
+  return typeof sent === 'string' && SANE_REQUEST_ID.test(sent) ? sent : randomUUID();
+}
+
+/** Secrets that must never reach a log line, whatever a serializer or a debug level does. */
+export const REDACTED_PATHS = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'headers.authorization',
+  'headers["x-api-key"]',
+];
+
+/**
+ * Builds the HTTP application from explicit dependencies. Starts nothing: `server.ts` and the tests
+ * compose the dependencies and decide whether to listen.
+ */
+export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> {
+  const loggerOption = deps.logger ?? false;
+  const isLoggerInstance =
+    typeof loggerOption === 'object' && loggerOption !== null && 'child' in loggerOption;
+  const app = Fastify({
+    ...(isLoggerInstance
+      ? { loggerInstance: loggerOption as FastifyBaseLogger }
+      : { logger: loggerOption as FastifyServerOptions['logger'] }),
+    genReqId: requestIdOf,
+    bodyLimit: 64 * 1024,
+    return503OnClosing: true,
+    ajv: {
+      customOptions: {
+        // Unknown parameters and fields are errors to report, not properties to drop silently (D3).
+        removeAdditional: false,
+        allErrors: true,
+        coerceTypes: 'array',
+        useDefaults: true,
+      },
+    },
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  app.decorateRequest('principal', null);
+  app.setErrorHandler(handleError);
+  app.setNotFoundHandler((request) => {
+    throw new NotFoundError(`no operation at ${request.method} ${request.url.split('?')[0]}`);
+  });
+
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+  app.addHook('onRequest', authHook(deps.authenticator));
+  app.addHook('preValidation', normalizeQuery);
+  app.addHook('onSend', conditionalGet);
+
+  app.addSchema(Problem);
+  for (const schema of playbookSchemas) app.addSchema(schema);
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Playbook API',
+        version: '3.0.0',
+        description:
+          'Catalogs of Resources with immutable versioned content, read with scoped secret API keys (x-api-key) or user access tokens.',
+      },
+      components: {
+        securitySchemes: {
+          apiKey: { type: 'apiKey', in: 'header', name: 'x-api-key' },
+          accessToken: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
+        },
+      },
+    },
+    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: true });
+
+  app.get('/v3/openapi.json', { schema: { hide: true } }, async (_request, reply) => {
+    reply.header('cache-control', 'public, max-age=300');
+    return app.swagger();
+  });
+
+  await app.register(operationsRoutes(deps.readiness));
+  await app.register(playbookRoutes(deps.playbook));
+  for (const plugin of deps.plugins ?? []) await app.register(plugin);
+
+  return app;
+}

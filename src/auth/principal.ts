@@ -1,0 +1,24 @@
+import type { Static } from '@sinclair/typebox';
+import { StringEnum } from '../schemas/common.js';
+
+export const SCOPES = ['playbook:read', 'playbook:write'] as const;
+export const Scope = StringEnum(SCOPES);
+export type Scope = Static<typeof Scope>;
+
+/** The plan of a caller that acts for no account (D6). */
+export const DEFAULT_PLAN = 'free';
+
+export type Credential =
+  | { readonly kind: 'api-key'; readonly keyId: string }
+  | { readonly kind: 'access-token'; readonly subject: string };
+
+/**
+ * Who is calling, as the authentication hook resolved it: the account whose data is visible (none
+ * means service-owned content only), that account's plan, and the scopes granted.
+ */
+export interface Principal {
+  readonly accountId: string | null;
+  readonly plan: string;
+  readonly scopes: ReadonlySet<Scope>;
+  readonly credential: Credential;
+}

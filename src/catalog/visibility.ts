@@ -1,0 +1,51 @@
+import type { Expression, ExpressionBuilder, SqlBool } from 'kysely';
+import type { Principal } from '../auth/principal.js';
+import type { Database } from '../db/tables.js';
+import type { Facets } from '../schemas/common.js';
+
+/**
+ * Visibility (D5), stated once. Every query that reads Catalogs, Resources or Resource Versions for a
+ * caller filters through these expressions; anything they exclude is answered 404 as if absent.
+ */
+
+/** Service-owned Catalogs in `active` or `archived`, and every Catalog of the caller's account. */
+export function catalogVisibleTo(principal: Principal) {
+  return (eb: ExpressionBuilder<Database, 'catalogs'>): Expression<SqlBool> => {
+    const published = eb.and([
+      eb('catalogs.account_id', 'is', null),
+      eb('catalogs.status', 'in', ['active', 'archived']),
+    ]);
+    return principal.accountId === null
+      ? published
+      : eb.or([published, eb('catalogs.account_id', '=', principal.accountId)]);
+  };
+}
+
+/** A Resource of a visible Catalog, unless it is a service-owned draft. */
+export function resourceVisibleTo(principal: Principal) {
+  return (eb: ExpressionBuilder<Database, 'catalogs' | 'resources'>): Expression<SqlBool> =>
+    eb.and([
+      catalogVisibleTo(principal)(eb),
+      eb.or([eb('catalogs.account_id', 'is not', null), eb('resources.status', '!=', 'draft')]),
+    ]);
+}
+
+/** A version of a visible Resource, unless it is a service-owned draft version. */
+export function versionVisibleTo(principal: Principal) {
+  return (
+    eb: ExpressionBuilder<Database, 'catalogs' | 'resources' | 'resource_versions'>,
+  ): Expression<SqlBool> =>
+    eb.and([
+      resourceVisibleTo(principal)(eb),
+      eb.or([eb('catalogs.account_id', 'is not', null), eb('resource_versions.status', '!=', 'draft')]),
+    ]);
+}
+
+/**
+ * Plans (D6): a service-owned Resource whose `planAccess` is non-empty admits only those plans.
+ * Account-owned Resources are never gated.
+ */
+export function planAllows(principal: Principal, serviceOwned: boolean, facets: Facets | undefined): boolean {
+  const plans = facets?.planAccess;
+  return !serviceOwned || !plans || plans.length === 0 || plans.includes(principal.plan);
+}

@@ -1,0 +1,172 @@
+import path from 'node:path';
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+
+/**
+ * Every environment variable the service reads (D13), each with the schema its raw text must meet.
+ * Nothing outside this module reads `process.env`.
+ */
+const EnvSchema = Type.Object({
+  PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  PLAYBOOK_DATA_DIR: Type.String({ minLength: 1, default: './data' }),
+  PLAYBOOK_DATABASE_URL: Type.Optional(
+    Type.String({
+      pattern: '^(postgres|postgresql)://|^sqlite:',
+      description: 'postgres://… or sqlite:<path>',
+    }),
+  ),
+  PLAYBOOK_DATABASE_READ_URL: Type.Optional(
+    Type.String({ pattern: '^(postgres|postgresql)://', description: 'postgres://…' }),
+  ),
+  PLAYBOOK_CONTENT_STORE: Type.Optional(Type.String({ minLength: 1 })),
+  PLAYBOOK_S3_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://' })),
+  PLAYBOOK_ENVIRONMENT: Type.Union([Type.Literal('test'), Type.Literal('live')], { default: 'test' }),
+  PLAYBOOK_REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://' })),
+  PLAYBOOK_JWKS_URL: Type.Optional(Type.String({ pattern: '^https?://' })),
+  PLAYBOOK_JWT_ISSUER: Type.Optional(Type.String({ minLength: 1 })),
+  PLAYBOOK_JWT_AUDIENCE: Type.Optional(Type.String({ minLength: 1 })),
+  PLAYBOOK_JWT_ACCOUNTS_CLAIM: Type.String({ minLength: 1, default: 'accounts' }),
+  PLAYBOOK_JWT_CLOCK_TOLERANCE_S: Type.Integer({ minimum: 0, maximum: 3600, default: 0 }),
+  PLAYBOOK_RATE_LIMIT_MAX: Type.Integer({ minimum: 1, maximum: 1_000_000_000, default: 1200 }),
+  PLAYBOOK_RATE_LIMIT_WINDOW_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 60000 }),
+  PLAYBOOK_AUTH_FAILURE_MAX: Type.Integer({ minimum: 1, maximum: 1_000_000_000, default: 100 }),
+  LOG_LEVEL: Type.Union(
+    ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
+    { default: 'info' },
+  ),
+});
+type Env = Static<typeof EnvSchema>;
+
+export type DatabaseConfig =
+  | { readonly kind: 'sqlite'; readonly path: string }
+  | { readonly kind: 'postgres'; readonly url: string; readonly readUrl?: string };
+
+export type ContentStoreConfig =
+  | { readonly kind: 'directory'; readonly path: string }
+  | { readonly kind: 's3'; readonly bucket: string; readonly prefix: string; readonly endpoint?: string };
+
+export interface Config {
+  readonly port: number;
+  readonly host: string;
+  readonly dataDir: string;
+  readonly database: DatabaseConfig;
+  readonly contentStore: ContentStoreConfig;
+  readonly environment: 'test' | 'live';
+  readonly redisUrl?: string;
+  readonly jwt: {
+    readonly jwksUrl?: string;
+    readonly issuer?: string;
+    readonly audience?: string;
+    readonly accountsClaim: string;
+    readonly clockToleranceS: number;
+  };
+  readonly rateLimit: { readonly max: number; readonly windowMs: number; readonly authFailureMax: number };
+  readonly logLevel: string;
+}
+
+/** A configuration value that stops the process; the message names the variable. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+function readVariable(name: string, schema: TSchema, raw: string | undefined): unknown {
+  const text = raw === undefined || raw.trim() === '' ? undefined : raw.trim();
+  if (text === undefined) return Value.Default(schema, undefined);
+  const value = Value.Convert(schema, text);
+  if (!Value.Check(schema, value)) {
+    const expected = schema.description ?? describe(schema);
+    throw new ConfigError(`${name}=${JSON.stringify(text)} is not valid: expected ${expected}`);
+  }
+  return value;
+}
+
+function describe(schema: TSchema): string {
+  if (schema.type === 'integer') return `an integer from ${schema.minimum} to ${schema.maximum}`;
+  if (Array.isArray(schema.anyOf)) return `one of ${schema.anyOf.map((s: TSchema) => s.const).join(', ')}`;
+  if (schema.pattern) return `a value matching ${schema.pattern}`;
+  return 'a non-empty value';
+}
+
+function parseDatabase(env: Env, dataDir: string): DatabaseConfig {
+  const url = env.PLAYBOOK_DATABASE_URL;
+  if (url === undefined) return { kind: 'sqlite', path: path.join(dataDir, 'playbook.sqlite') };
+  if (url.startsWith('sqlite:')) {
+    const file = url.slice('sqlite:'.length);
+    if (file === '')
+      throw new ConfigError('PLAYBOOK_DATABASE_URL=sqlite: needs a file path, e.g. sqlite:./data/db');
+    return { kind: 'sqlite', path: file === ':memory:' ? file : path.resolve(file) };
+  }
+  return env.PLAYBOOK_DATABASE_READ_URL === undefined
+    ? { kind: 'postgres', url }
+    : { kind: 'postgres', url, readUrl: env.PLAYBOOK_DATABASE_READ_URL };
+}
+
+function parseContentStore(env: Env, dataDir: string): ContentStoreConfig {
+  const location = env.PLAYBOOK_CONTENT_STORE;
+  if (location === undefined) return { kind: 'directory', path: path.join(dataDir, 'content') };
+  if (location.startsWith('s3://')) {
+    const match = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:\/(.*))?$/.exec(location);
+    if (!match)
+      throw new ConfigError(`PLAYBOOK_CONTENT_STORE=${location} is not valid: expected s3://bucket/prefix`);
+    const prefix = (match[2] ?? '').replace(/^\/+|\/+$/g, '');
+    const endpoint = env.PLAYBOOK_S3_ENDPOINT;
+    return endpoint === undefined
+      ? { kind: 's3', bucket: match[1]!, prefix }
+      : { kind: 's3', bucket: match[1]!, prefix, endpoint };
+  }
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(location) && !location.startsWith('file://')) {
+    throw new ConfigError(
+      `PLAYBOOK_CONTENT_STORE=${location} is not valid: expected a directory or s3://bucket/prefix`,
+    );
+  }
+  return { kind: 'directory', path: path.resolve(location.replace(/^file:\/\//, '')) };
+}
+
+/**
+ * Validates the environment once and returns a frozen configuration.
+ *
+ * @example
+ * const config = loadConfig(process.env);
+ * config.database.kind; // 'sqlite' unless PLAYBOOK_DATABASE_URL says postgres://…
+ */
+export function loadConfig(source: Readonly<Record<string, string | undefined>>): Config {
+  const values: Record<string, unknown> = {};
+  for (const [name, schema] of Object.entries(EnvSchema.properties)) {
+    values[name] = readVariable(name, schema, source[name]);
+  }
+  const env = values as Env;
+  const dataDir = path.resolve(env.PLAYBOOK_DATA_DIR);
+  const jwt = {
+    accountsClaim: env.PLAYBOOK_JWT_ACCOUNTS_CLAIM,
+    clockToleranceS: env.PLAYBOOK_JWT_CLOCK_TOLERANCE_S,
+    ...(env.PLAYBOOK_JWKS_URL === undefined ? {} : { jwksUrl: env.PLAYBOOK_JWKS_URL }),
+    ...(env.PLAYBOOK_JWT_ISSUER === undefined ? {} : { issuer: env.PLAYBOOK_JWT_ISSUER }),
+    ...(env.PLAYBOOK_JWT_AUDIENCE === undefined ? {} : { audience: env.PLAYBOOK_JWT_AUDIENCE }),
+  };
+  const config: Config = {
+    port: env.PORT,
+    host: env.HOST,
+    dataDir,
+    database: parseDatabase(env, dataDir),
+    contentStore: parseContentStore(env, dataDir),
+    environment: env.PLAYBOOK_ENVIRONMENT,
+    ...(env.PLAYBOOK_REDIS_URL === undefined ? {} : { redisUrl: env.PLAYBOOK_REDIS_URL }),
+    jwt,
+    rateLimit: {
+      max: env.PLAYBOOK_RATE_LIMIT_MAX,
+      windowMs: env.PLAYBOOK_RATE_LIMIT_WINDOW_MS,
+      authFailureMax: env.PLAYBOOK_AUTH_FAILURE_MAX,
+    },
+    logLevel: env.LOG_LEVEL,
+  };
+  return deepFreeze(config);
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object') {
+    for (const child of Object.values(value)) deepFreeze(child);
+    Object.freeze(value);
+  }
+  return value;
+}

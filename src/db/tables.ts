@@ -1,0 +1,106 @@
+import type { Insertable, Kysely, Selectable, Updateable } from 'kysely';
+
+/**
+ * Table types. Timestamps are stored as ISO 8601 UTC text in one fixed form (`toISOString()`), so that
+ * they sort as text and read back the same on SQLite and PostgreSQL. JSON columns hold JSON text.
+ */
+export interface AccountTable {
+  id: string;
+  name: string | null;
+  plan: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface CatalogTable {
+  id: string;
+  /** null for a service-owned Catalog. */
+  account_id: string | null;
+  slug: string;
+  name: string;
+  status: string;
+  description: string | null;
+  facets: string | null;
+  current_version_id: string | null;
+  created_at: string;
+  updated_at: string;
+  archived_at: string | null;
+}
+
+/** One row per facet value of a Catalog, so that facet filters are plain indexed lookups on every dialect. */
+export interface CatalogFacetValueTable {
+  catalog_id: string;
+  facet: string;
+  value: string;
+}
+
+export interface CatalogVersionTable {
+  id: string;
+  catalog_id: string;
+  version: string;
+  pins: string;
+  manifest_hash: string;
+  resource_count: number;
+  published_at: string | null;
+  created_at: string;
+}
+
+export interface ResourceTable {
+  id: string;
+  catalog_id: string;
+  slug: string;
+  kind: string;
+  title: string;
+  status: string;
+  description: string | null;
+  facets: string | null;
+  manifest: string;
+  current_version_id: string | null;
+  created_at: string;
+  updated_at: string;
+  archived_at: string | null;
+}
+
+export interface ResourceVersionTable {
+  id: string;
+  resource_id: string;
+  version: string;
+  content_hash: string;
+  content_size_bytes: number;
+  media_type: string;
+  storage_backend: string;
+  status: string;
+  manifest: string;
+  published_at: string | null;
+  superseded_at: string | null;
+  archived_at: string | null;
+  created_at: string;
+}
+
+/** Content kept in the database (`database-text`), addressed by its SHA-256. */
+export interface ContentBlobTable {
+  content_hash: string;
+  body: string;
+}
+
+export interface Database {
+  accounts: AccountTable;
+  catalogs: CatalogTable;
+  catalog_facet_values: CatalogFacetValueTable;
+  catalog_versions: CatalogVersionTable;
+  resources: ResourceTable;
+  resource_versions: ResourceVersionTable;
+  content_blobs: ContentBlobTable;
+}
+
+export type Db = Kysely<Database>;
+
+export type AccountRow = Selectable<AccountTable>;
+export type CatalogRow = Selectable<CatalogTable>;
+export type NewCatalog = Insertable<CatalogTable>;
+export type CatalogUpdate = Updateable<CatalogTable>;
+export type CatalogVersionRow = Selectable<CatalogVersionTable>;
+export type ResourceRow = Selectable<ResourceTable>;
+export type NewResource = Insertable<ResourceTable>;
+export type ResourceVersionRow = Selectable<ResourceVersionTable>;
+export type NewResourceVersion = Insertable<ResourceVersionTable>;

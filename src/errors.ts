@@ -1,0 +1,67 @@
+/**
+ * The small set of errors the service raises. They know nothing of HTTP: `src/http/problem.ts` maps
+ * each to a problem document (D2) at the one edge where answers are made.
+ */
+
+/** Where a bad input was found, as the problem document's `errors[].in` names it. */
+export type InputLocation = 'query' | 'path' | 'body' | 'header';
+
+export interface InputProblem {
+  readonly in: InputLocation;
+  readonly name: string;
+  readonly message: string;
+}
+
+/** The request is invalid: every problem found is listed, each naming its field. */
+export class InputError extends Error {
+  override name = 'InputError';
+  constructor(readonly problems: readonly InputProblem[]) {
+    super(problems.map((p) => `${p.in} ${p.name}: ${p.message}`).join('; '));
+  }
+
+  static of(location: InputLocation, name: string, message: string): InputError {
+    return new InputError([{ in: location, name, message }]);
+  }
+}
+
+/** No credential, or one that is malformed, unknown, expired, revoked or of the other environment. */
+export class AuthenticationError extends Error {
+  override name = 'AuthenticationError';
+}
+
+/** A valid credential that lacks the scope, account or plan the operation needs. */
+export class ForbiddenError extends Error {
+  override name = 'ForbiddenError';
+  constructor(
+    message: string,
+    readonly reason: 'forbidden' | 'plan_required' = 'forbidden',
+  ) {
+    super(message);
+  }
+}
+
+/** Missing, or not visible to the caller: the two are answered alike (D5). */
+export class NotFoundError extends Error {
+  override name = 'NotFoundError';
+}
+
+/** Too many requests for one credential or address in the current window (D10). */
+export class RateLimitError extends Error {
+  override name = 'RateLimitError';
+  constructor(
+    message: string,
+    readonly retryAfterSeconds: number,
+  ) {
+    super(message);
+  }
+}
+
+/** A backend the request needs (database, content store) does not answer right now. */
+export class UnavailableError extends Error {
+  override name = 'UnavailableError';
+}
+
+/** Stored content that no longer matches its hash: logged, never served (D12). */
+export class IntegrityError extends Error {
+  override name = 'IntegrityError';
+}

@@ -1,0 +1,128 @@
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
+
+/** The largest integer the contract allows for counters and page numbers. */
+export const MAX_COUNTER = Number.MAX_SAFE_INTEGER;
+
+/** A string enum as one JSON Schema `enum`: one list of values gives the schema and the TypeScript union. */
+export function StringEnum<const T extends readonly string[]>(
+  values: T,
+  options: { description?: string } = {},
+) {
+  return Type.Unsafe<T[number]>({ type: 'string', enum: [...values], ...options });
+}
+
+const UUID_PATTERN =
+  '^(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}' +
+  '|00000000-0000-0000-0000-000000000000|[fF]{8}-[fF]{4}-[fF]{4}-[fF]{4}-[fF]{12})$';
+export const UUID_REGEX = new RegExp(UUID_PATTERN);
+
+export const SLUG_PATTERN = '^[a-z0-9]+(?:-[a-z0-9]+)*$';
+export const SLUG_REGEX = new RegExp(SLUG_PATTERN);
+
+export const Uuid = Type.String({ pattern: UUID_PATTERN, description: 'uuid (RFC 9562 layout)' });
+export const DateTime = Type.String({
+  format: 'date-time',
+  pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}(?::\\d{2}(?:\\.\\d+)?)?Z$',
+  description: 'RFC 3339 UTC timestamp',
+});
+export const Slug = Type.String({ minLength: 1, maxLength: 120, pattern: SLUG_PATTERN });
+export const FacetValue = Type.String({ minLength: 1, maxLength: 80, pattern: SLUG_PATTERN });
+export const Hash = Type.String({ minLength: 32, maxLength: 128 });
+export const Counter = Type.Integer({ minimum: 0, maximum: MAX_COUNTER });
+export const VersionLabel = Type.String({ minLength: 1, maxLength: 80 });
+export const Description = Type.String({ maxLength: 1000 });
+
+export const LIFECYCLE_STATUSES = ['draft', 'active', 'archived'] as const;
+export const LifecycleStatus = StringEnum(LIFECYCLE_STATUSES);
+export type LifecycleStatus = Static<typeof LifecycleStatus>;
+
+export const SOURCE_SCOPES = ['svc', 'account'] as const;
+export const SourceScope = StringEnum(SOURCE_SCOPES);
+export type SourceScope = Static<typeof SourceScope>;
+
+export const OWNERS = ['svc', 'org'] as const;
+export const Owner = StringEnum(OWNERS);
+export type Owner = Static<typeof Owner>;
+
+const FacetList = Type.Optional(Type.Array(FacetValue));
+export const Facets = Type.Object(
+  {
+    capability: FacetList,
+    channel: FacetList,
+    framework: FacetList,
+    planAccess: FacetList,
+    technology: FacetList,
+  },
+  { additionalProperties: false },
+);
+export type Facets = Static<typeof Facets>;
+export type FacetKey = keyof Facets;
+export const FACET_KEYS = Object.keys(Facets.properties) as FacetKey[];
+
+/** An object with string keys and values of any JSON type. */
+export const Manifest = Type.Record(Type.String(), Type.Unknown());
+export type Manifest = Static<typeof Manifest>;
+
+export const PageQuery = {
+  page: Type.Optional(
+    Type.Integer({ minimum: 1, maximum: MAX_COUNTER, description: 'page number, default 1' }),
+  ),
+  pageSize: Type.Optional(
+    Type.Integer({ minimum: 1, maximum: 100, description: 'items per page, default 20' }),
+  ),
+};
+
+export const DEFAULT_PAGE_SIZE = 20;
+
+export const PageMeta = Type.Object({
+  page: Type.Integer({ minimum: 1, maximum: MAX_COUNTER }),
+  pageSize: Type.Integer({ minimum: 1, maximum: MAX_COUNTER }),
+  pageCount: Counter,
+  total: Counter,
+});
+export type PageMeta = Static<typeof PageMeta>;
+
+/** The pagination envelope both list operations share. */
+export function Page<T extends TSchema>(item: T) {
+  return Type.Object({ data: Type.Array(item), meta: PageMeta });
+}
+
+export const ProblemCode = StringEnum([
+  'invalid_request',
+  'unauthenticated',
+  'forbidden',
+  'plan_required',
+  'not_found',
+  'rate_limited',
+  'internal',
+  'unavailable',
+] as const);
+export type ProblemCode = Static<typeof ProblemCode>;
+
+/** RFC 9457 problem document (D2). */
+export const Problem = Type.Object(
+  {
+    type: Type.String(),
+    title: Type.String(),
+    status: Type.Integer({ minimum: 400, maximum: 599 }),
+    code: ProblemCode,
+    detail: Type.String(),
+    requestId: Type.String(),
+    errors: Type.Optional(
+      Type.Array(
+        Type.Object({
+          in: StringEnum(['query', 'path', 'body', 'header'] as const),
+          name: Type.String(),
+          message: Type.String(),
+        }),
+      ),
+    ),
+  },
+  { $id: 'Problem', description: 'RFC 9457 problem document' },
+);
+export type Problem = Static<typeof Problem>;
+
+/** The error answers an authenticated read may give, for the OpenAPI document. */
+export function problemResponses(...statuses: number[]): Record<number, TSchema> {
+  return Object.fromEntries(statuses.map((status) => [status, Type.Ref(Problem)]));
+}
