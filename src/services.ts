@@ -1,5 +1,6 @@
-import type { FastifyBaseLogger } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
+import type { Authenticator } from './auth/authenticator.js';
 import { PlaybookService } from './catalog/playbook-service.js';
 import type { Config } from './config.js';
 import { ContentReader } from './content/content-reader.js';
@@ -7,6 +8,7 @@ import type { ContentStore } from './content/content-store.js';
 import { DatabaseContentStore } from './content/database-store.js';
 import { DirectoryContentStore } from './content/directory-store.js';
 import { createDatabases, type Databases } from './db/create-db.js';
+import { AuthenticationError } from './errors.js';
 import type { ReadinessCheck } from './routes/operations.js';
 
 /** The long-lived parts every command shares, built once from the configuration. */
@@ -18,6 +20,11 @@ export interface Services {
   readonly content: ContentReader;
   readonly playbook: PlaybookService;
   readonly readiness: ReadinessCheck[];
+  readonly authenticator: Authenticator;
+  /** Route plugins beyond the playbook reads (the identity area). */
+  readonly plugins: ((app: FastifyInstance) => Promise<void>)[];
+  /** Lines printed when the server starts: how a newcomer gets a token and a key. */
+  gettingStarted(address: string): string[];
   close(): Promise<void>;
 }
 
@@ -46,6 +53,14 @@ export function createServices(config: Config, logger: FastifyBaseLogger): Servi
     content,
     playbook,
     readiness,
+    // Placeholder until identity lands: refuses every credential.
+    authenticator: {
+      authenticate: async () => {
+        throw new AuthenticationError('no credential is accepted yet');
+      },
+    },
+    plugins: [],
+    gettingStarted: (address) => [`Playbook is serving on ${address}`],
     close: () => databases.close(),
   };
 }

@@ -21,7 +21,7 @@ describe('smoke', () => {
   });
 
   it('lists service catalogs and reads a resource with content', async () => {
-    const headers = principals.register();
+    const headers = await principals.register();
     const list = await app.inject({ url: '/v3/playbook/catalogs', headers });
     expect(list.statusCode).toBe(200);
     expect(list.json().data[0].humanRef).toBe('svc/handbook');

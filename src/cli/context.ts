@@ -1,0 +1,22 @@
+import type { Command } from 'commander';
+import type { FastifyBaseLogger } from 'fastify';
+import type { Config } from '../config.js';
+import type { Services } from '../services.js';
+
+/** What every command gets: the validated configuration, services on demand, and its streams. */
+export interface CliContext {
+  readonly env: Readonly<Record<string, string | undefined>>;
+  config(): Config;
+  logger(): FastifyBaseLogger;
+  /** Opens storage and, unless told not to, brings its schema up to date; the caller closes it. */
+  openServices(options?: { migrate?: boolean }): Promise<Services>;
+  readonly stdout: NodeJS.WritableStream;
+  readonly stderr: NodeJS.WritableStream;
+}
+
+/** A command failure that ends the process with exit 1 and one line on stderr (D14). */
+export class CommandError extends Error {
+  override name = 'CommandError';
+}
+
+export type CommandRegistrar = (program: Command, context: CliContext) => void;

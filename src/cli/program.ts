@@ -1,0 +1,111 @@
+import { Command, CommanderError } from 'commander';
+import pino from 'pino';
+import { REDACTED_PATHS } from '../app.js';
+import { type Config, ConfigError, loadConfig } from '../config.js';
+import { migrateToLatest } from '../db/migrate.js';
+import { createServices } from '../services.js';
+import { registerAccountsCommand } from './accounts.js';
+import { type CliContext, CommandError } from './context.js';
+import { registerImportCommand } from './import.js';
+import { registerKeysCommand } from './keys.js';
+import { registerMigrateCommand } from './migrate.js';
+import { registerServeCommand } from './serve.js';
+import { registerTokenCommand } from './token.js';
+
+/** Exit codes of D14. */
+const EXIT_FAILURE = 1;
+const EXIT_USAGE = 2;
+
+export interface CliStreams {
+  readonly stdout: NodeJS.WritableStream;
+  readonly stderr: NodeJS.WritableStream;
+}
+
+export function createContext(env: NodeJS.ProcessEnv, streams: CliStreams = process): CliContext {
+  let config: Config | undefined;
+  let logger: pino.Logger | undefined;
+  const context: CliContext = {
+    env,
+    stdout: streams.stdout,
+    stderr: streams.stderr,
+    config: () => {
+      config ??= loadConfig(env);
+      return config;
+    },
+    logger: () => {
+      logger ??= pino({
+        level: context.config().logLevel,
+        redact: { paths: REDACTED_PATHS, censor: '[redacted]' },
+      });
+      return logger;
+    },
+    openServices: async (options = {}) => {
+      const services = createServices(context.config(), context.logger());
+      if (options.migrate !== false) {
+        try {
+          await migrateToLatest(services.databases.primary);
+        } catch (error) {
+          await services.close();
+          throw error;
+        }
+      }
+      return services;
+    },
+  };
+  return context;
+}
+
+export function buildProgram(context: CliContext): Command {
+  const program = new Command('playbook')
+    .description('Playbook: Catalogs of Resources with versioned content, behind scoped API keys')
+    .showHelpAfterError()
+    .exitOverride();
+  for (const register of [
+    registerServeCommand,
+    registerMigrateCommand,
+    registerImportCommand,
+    registerAccountsCommand,
+    registerTokenCommand,
+    registerKeysCommand,
+  ]) {
+    register(program, context);
+  }
+  return program;
+}
+
+/**
+ * Runs the CLI and returns its exit code (D14).
+ *
+ * @example
+ * await main(['node', 'playbook', 'accounts', 'set', 'acme', '--plan', 'pro'], process.env); // 0
+ */
+export async function main(
+  argv: string[],
+  env: NodeJS.ProcessEnv,
+  streams: CliStreams = process,
+): Promise<number> {
+  const context = createContext(env, streams);
+  const program = buildProgram(context);
+  program.configureOutput({
+    writeOut: (text) => streams.stdout.write(text),
+    writeErr: (text) => streams.stderr.write(text),
+  });
+  for (const command of program.commands) command.exitOverride();
+  try {
+    await program.parseAsync(argv);
+    return 0;
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // --help and --version end with exit code 0; any other commander error is bad usage.
+      return error.exitCode === 0 ? 0 : EXIT_USAGE;
+    }
+    const message =
+      error instanceof ConfigError || error instanceof CommandError
+        ? error.message
+        : error instanceof Error
+          ? `${error.name === 'Error' ? 'error' : error.name}: ${error.message}`
+          : String(error);
+    context.stderr.write(`playbook: ${message}\n`);
+    return EXIT_FAILURE;
+  }
+}

@@ -1,0 +1,57 @@
+import type { Command } from 'commander';
+import { buildApp } from '../app.js';
+import { importDemoContentIfEmpty } from '../demo.js';
+import type { CliContext } from './context.js';
+
+const DRAIN_TIMEOUT_MS = 10_000;
+
+/** `playbook serve [--port N] [--host H]` (D14): migrates, then serves; SIGTERM drains in-flight requests. */
+export function registerServeCommand(program: Command, context: CliContext): void {
+  program
+    .command('serve')
+    .description('migrate the database, then serve the API')
+    .option('--port <port>', 'port to listen on (default: PORT or 8080)', parsePort)
+    .option('--host <host>', 'address to listen on (default: HOST or 127.0.0.1)')
+    .action(async (options: { port?: number; host?: string }) => {
+      const config = context.config();
+      const logger = context.logger();
+      const services = await context.openServices();
+      const app = await buildApp({
+        playbook: services.playbook,
+        authenticator: services.authenticator,
+        readiness: services.readiness,
+        plugins: services.plugins,
+        logger,
+      });
+      await importDemoContentIfEmpty(services, logger);
+
+      let closing: Promise<void> | undefined;
+      const shutdown = (signal: string) => {
+        closing ??= (async () => {
+          logger.info({ signal }, 'draining in-flight requests');
+          const timer = setTimeout(() => {
+            logger.error('drain timed out; exiting');
+            process.exit(1);
+          }, DRAIN_TIMEOUT_MS);
+          timer.unref();
+          await app.close();
+          await services.close();
+          logger.info('stopped');
+        })();
+      };
+      process.once('SIGTERM', () => shutdown('SIGTERM'));
+      process.once('SIGINT', () => shutdown('SIGINT'));
+
+      const address = await app.listen({
+        port: options.port ?? config.port,
+        host: options.host ?? config.host,
+      });
+      for (const line of services.gettingStarted(address)) context.stderr.write(`${line}\n`);
+    });
+}
+
+function parsePort(value: string): number {
+  const port = Number(value);
+  if (!/^\d+$/.test(value) || port > 65535) throw new Error(`--port ${value} is not a port number`);
+  return port;
+}
