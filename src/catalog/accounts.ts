@@ -46,3 +46,18 @@ export async function setAccount(
     return { id: accountId, plan: changes.plan ?? existing.plan, created: false };
   });
 }
+
+/**
+ * Creates the account with plan `free` unless it exists, on the caller's connection or transaction
+ * (`playbook import --account` creates its account inside the import's transaction, D15).
+ *
+ * @example
+ * await db.transaction().execute((trx) => createAccountIfAbsent(trx, 'acme', new Date().toISOString()));
+ */
+export async function createAccountIfAbsent(db: Db, accountId: string, now: string): Promise<void> {
+  await db
+    .insertInto('accounts')
+    .values({ id: accountId, name: null, plan: 'free', created_at: now, updated_at: now })
+    .onConflict((oc) => oc.column('id').doNothing())
+    .execute();
+}

@@ -1,0 +1,57 @@
+import { canonicalJson, sha256Hex } from '../content/hash.js';
+import type { ResourcePin } from '../schemas/playbook.js';
+
+/** What a published Catalog version pins of one of its Resources. */
+export interface PinSource {
+  readonly resourceId: string;
+  readonly slug: string;
+  readonly versionId: string;
+  readonly version: string;
+  readonly contentHash: string;
+}
+
+/**
+ * The pins of a Catalog version: one per `active` Resource at its current version, in slug order, so
+ * that the same Resources always give the same pins and the same `manifestHash` (D12).
+ *
+ * @example
+ * const pins = catalogPins('svc', 'handbook', [{ resourceId, slug: 'onboarding', versionId, version: '1.0.0', contentHash }]);
+ * pins[0].resourceHumanRef; // 'svc/handbook/onboarding'
+ */
+export function catalogPins(
+  owner: 'svc' | 'org',
+  catalogSlug: string,
+  sources: readonly PinSource[],
+): ResourcePin[] {
+  return [...sources]
+    .sort((a, b) => (a.slug < b.slug ? -1 : a.slug > b.slug ? 1 : 0))
+    .map((source) => ({
+      resourceId: source.resourceId,
+      resourceHumanRef: `${owner}/${catalogSlug}/${source.slug}`,
+      resourceVersionId: source.versionId,
+      version: source.version,
+      contentHash: source.contentHash,
+    }));
+}
+
+/** SHA-256 of the canonical JSON of the pins (D12). */
+export function manifestHashOf(pins: readonly ResourcePin[]): string {
+  return sha256Hex(canonicalJson(pins));
+}
+
+/**
+ * The human refs whose pins differ between two pin lists, marked `+` (added), `-` (removed) or `~`
+ * (another version), for messages that explain why a Catalog needs a new version label.
+ */
+export function pinChanges(before: readonly ResourcePin[], after: readonly ResourcePin[]): string[] {
+  const old = new Map(before.map((pin) => [pin.resourceId, pin]));
+  const changes: string[] = [];
+  for (const pin of after) {
+    const previous = old.get(pin.resourceId);
+    old.delete(pin.resourceId);
+    if (!previous) changes.push(`+${pin.resourceHumanRef}`);
+    else if (canonicalJson(previous) !== canonicalJson(pin)) changes.push(`~${pin.resourceHumanRef}`);
+  }
+  for (const pin of old.values()) changes.push(`-${pin.resourceHumanRef}`);
+  return changes;
+}

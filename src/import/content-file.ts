@@ -1,0 +1,67 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+
+/** What reading a `contentFile` gave: its text, or why it cannot be used. */
+export type ContentFileResult = { readonly content: string } | { readonly problem: string };
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/**
+ * Reads the `contentFile` of a resource file. The path is relative to the catalog's `resources/`
+ * folder and must stay inside the catalog folder, both as written and once symbolic links are
+ * followed, so that a tree can never pull in files from elsewhere on the machine. The bytes must be
+ * UTF-8 (D12 hashes the UTF-8 bytes; anything else could not round-trip). A byte order mark is kept,
+ * so the stored content is exactly the file.
+ *
+ * @example
+ * await readContentFile('/trees/demo/handbook', '/trees/demo/handbook', 'files/onboarding.md');
+ * // { content: '# Onboarding\n…' }
+ */
+export async function readContentFile(
+  catalogDir: string,
+  catalogRealDir: string,
+  contentFile: string,
+): Promise<ContentFileResult> {
+  if (contentFile.includes('\0')) return { problem: 'must not contain a NUL character' };
+  if (path.posix.isAbsolute(contentFile) || path.win32.isAbsolute(contentFile)) {
+    return { problem: 'must be a path relative to resources/, not an absolute path' };
+  }
+  const target = path.resolve(catalogDir, 'resources', contentFile);
+  if (!isInside(catalogDir, target)) return { problem: 'must stay inside the catalog folder' };
+
+  let real: string;
+  try {
+    real = await fs.realpath(target);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    return { problem: code === 'ENOENT' ? `no such file: ${contentFile}` : `cannot be read (${code})` };
+  }
+  if (!isInside(catalogRealDir, real)) {
+    return { problem: 'leads outside the catalog folder through a symbolic link' };
+  }
+
+  let bytes: Buffer;
+  try {
+    const stat = await fs.stat(real);
+    if (!stat.isFile()) return { problem: `is not a file: ${contentFile}` };
+    bytes = await fs.readFile(real);
+  } catch (error) {
+    return { problem: `cannot be read (${(error as NodeJS.ErrnoException).code})` };
+  }
+  try {
+    return { content: strictUtf8.decode(bytes) };
+  } catch {
+    return { problem: `is not valid UTF-8: ${contentFile}` };
+  }
+}
+
+/** True when `candidate` is strictly below `folder` (the folder itself is not a file to read). */
+function isInside(folder: string, candidate: string): boolean {
+  const relative = path.relative(folder, candidate);
+  return (
+    relative !== '' &&
+    !relative.startsWith(`..${path.sep}`) &&
+    relative !== '..' &&
+    !path.isAbsolute(relative)
+  );
+}

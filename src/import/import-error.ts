@@ -1,0 +1,19 @@
+/**
+ * An import that cannot proceed: invalid files, or changes that would rewrite an immutable version
+ * label (D15). Nothing has been written when it is thrown. Each problem is one line that names the
+ * file, relative to the tree, and the field.
+ *
+ * @example
+ * try {
+ *   await importTree(deps, { dir: 'content', owner: { kind: 'svc' } });
+ * } catch (error) {
+ *   if (error instanceof ImportValidationError) for (const line of error.problems) console.error(line);
+ * }
+ */
+export class ImportValidationError extends Error {
+  override name = 'ImportValidationError';
+
+  constructor(readonly problems: readonly string[]) {
+    super(`import refused: ${problems.length} ${problems.length === 1 ? 'problem' : 'problems'}`);
+  }
+}

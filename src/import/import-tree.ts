@@ -1,0 +1,123 @@
+import { ACCOUNT_ID_PATTERN } from '../catalog/accounts.js';
+import type { ContentStore } from '../content/content-store.js';
+import type { Db } from '../db/tables.js';
+import { ImportValidationError } from './import-error.js';
+import { type ImportReport, summarize } from './import-report.js';
+import { type ImportOwner, loadNamespaceState } from './namespace-state.js';
+import { type ImportPlan, planImport, planIsEmpty } from './plan-import.js';
+import { readImportTree } from './read-tree.js';
+import { storeObjects, writePlan } from './write-plan.js';
+
+export { ImportValidationError } from './import-error.js';
+export type { ImportCounts, ImportReport } from './import-report.js';
+export type { ImportOwner } from './namespace-state.js';
+
+export interface ImportDeps {
+  readonly db: Db;
+  /** Where `object-storage` content goes; `database-text` content goes through the transaction. */
+  readonly objectStore: ContentStore;
+}
+
+export interface ImportOptions {
+  /** The tree: one folder per Catalog (D15). */
+  readonly dir: string;
+  readonly owner: ImportOwner;
+  /** Validate and plan, report what would change, write nothing. */
+  readonly dryRun?: boolean;
+  /** Progress lines for large trees, every thousand files validated or rows written. */
+  readonly onProgress?: (line: string) => void;
+  /** The timestamp every change carries; the clock by default. */
+  readonly now?: () => string;
+}
+
+/**
+ * Imports a tree of Catalogs and Resources into one owner's namespace (D15).
+ *
+ * Every file is validated before anything is written; invalid files, and changes that would rewrite
+ * an immutable version label, throw {@link ImportValidationError} listing every problem, with storage
+ * untouched. Otherwise the changes are applied in one database transaction, `object-storage` content
+ * having been stored before it commits. Re-importing an unchanged tree writes nothing at all. Catalog
+ * folders absent from the tree are left as they are: a tree may cover only some of an owner's Catalogs.
+ *
+ * @example
+ * const report = await importTree(
+ *   { db: services.databases.primary, objectStore: services.objectStore },
+ *   { dir: 'demo/catalogs', owner: { kind: 'svc' } },
+ * );
+ * for (const line of report.lines) console.log(line);
+ * console.log(report.summary);
+ */
+export async function importTree(deps: ImportDeps, options: ImportOptions): Promise<ImportReport> {
+  const { owner, onProgress } = options;
+  const problems: string[] = [];
+  if (owner.kind === 'account' && !ACCOUNT_ID_PATTERN.test(owner.accountId)) {
+    problems.push(
+      `account ${JSON.stringify(owner.accountId)}: must be 1-128 characters of letters, digits, ".", "_", ":" or "-"`,
+    );
+  }
+  const reading = await readImportTree(options.dir, onProgress);
+  if (!reading.ok) problems.push(...reading.problems);
+  if (problems.length > 0 || !reading.ok) throw new ImportValidationError(problems);
+
+  const { tree } = reading;
+  const slugs = tree.catalogs.map((catalog) => catalog.slug);
+  const planOptions = { owner, now: (options.now ?? (() => new Date().toISOString()))() };
+
+  // Planned first outside any transaction, so that an unchanged tree or a dry run opens no write.
+  const preview = planImport(tree, await loadNamespaceState(deps.db, owner, slugs), planOptions);
+  if (preview.refusals.length > 0) throw new ImportValidationError(preview.refusals);
+  if (options.dryRun || planIsEmpty(preview)) return reportOf(preview, options.dryRun === true);
+
+  const stored = new Set<string>();
+  await storeObjects(deps.objectStore, preview, stored, onProgress);
+  // Planned again inside the transaction, so that what commits matches what storage holds at commit
+  // even if something else wrote meanwhile; objects the first plan did not foresee are stored here.
+  const apply = () =>
+    deps.db
+      .transaction()
+      .setIsolationLevel('serializable')
+      .execute(async (trx) => {
+        const plan = planImport(tree, await loadNamespaceState(trx, owner, slugs), planOptions);
+        if (plan.refusals.length > 0) throw new ImportValidationError(plan.refusals);
+        if (planIsEmpty(plan)) return plan;
+        await storeObjects(deps.objectStore, plan, stored, onProgress);
+        await writePlan(trx, plan, onProgress);
+        return plan;
+      });
+  let applied: ImportPlan | undefined;
+  for (let attempt = 1; applied === undefined; attempt++) {
+    try {
+      applied = await apply();
+    } catch (error) {
+      if (attempt >= MAX_ATTEMPTS || !isWriteConflict(error)) throw error;
+      onProgress?.(`storage changed during the import; planning again (attempt ${attempt + 1})`);
+    }
+  }
+  return reportOf(applied, false);
+}
+
+/** Transactions retried when a concurrent writer got in first; a retry plans against the new state. */
+const MAX_ATTEMPTS = 3;
+
+/**
+ * A conflict with a concurrent writer that a fresh attempt resolves: SQLite's stale read snapshot or
+ * busy database, PostgreSQL's serialization failure or deadlock.
+ */
+function isWriteConflict(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return ['SQLITE_BUSY', 'SQLITE_BUSY_SNAPSHOT', '40001', '40P01'].includes(String(code));
+}
+
+function reportOf(plan: ImportPlan, dryRun: boolean): ImportReport {
+  const objects = new Set(
+    plan.newVersions.filter((v) => v.row.storage_backend === 'object-storage').map((v) => v.row.content_hash),
+  );
+  const counts = { ...plan.counts, objectsStored: objects.size };
+  return {
+    dryRun,
+    changed: !planIsEmpty(plan),
+    lines: plan.lines,
+    counts,
+    summary: summarize(counts, dryRun),
+  };
+}

@@ -1,0 +1,455 @@
+import { v7 } from 'uuid';
+import { canonicalJson } from '../content/hash.js';
+import type {
+  CatalogFacetValueTable,
+  CatalogRow,
+  CatalogVersionRow,
+  ResourceRow,
+  ResourceVersionRow,
+} from '../db/tables.js';
+import { FACET_KEYS, type Facets, type LifecycleStatus } from '../schemas/common.js';
+import type { ResourcePin } from '../schemas/playbook.js';
+import { catalogPins, manifestHashOf, type PinSource, pinChanges } from './catalog-pins.js';
+import { emptyCounts, type ImportCounts, type MutableCounts, plural } from './import-report.js';
+import type { CatalogState, ImportOwner, NamespaceState, ResourceState } from './namespace-state.js';
+import type { ImportTree, TreeCatalog, TreeResource } from './read-tree.js';
+
+/** A Resource Version to insert, with the content it names. */
+export interface PlannedVersion {
+  readonly row: ResourceVersionRow;
+  readonly content: string;
+}
+
+/**
+ * Every write an import makes, worked out before any is made. Rows are complete: a row whose id
+ * exists replaces the stored one, any other is inserted.
+ */
+export interface ImportPlan {
+  readonly now: string;
+  readonly accountToCreate?: string;
+  readonly catalogRows: readonly CatalogRow[];
+  /** Catalogs whose facet rows are replaced by `facetRows`. */
+  readonly facetCatalogIds: readonly string[];
+  readonly facetRows: readonly CatalogFacetValueTable[];
+  readonly catalogVersions: readonly CatalogVersionRow[];
+  readonly resourceRows: readonly ResourceRow[];
+  readonly newVersions: readonly PlannedVersion[];
+  readonly supersededVersionIds: readonly string[];
+  /** Draft versions that become `published` in place. */
+  readonly publishedVersionIds: readonly string[];
+  readonly lines: readonly string[];
+  /** Changes refused because they would rewrite an immutable version label; one line each. */
+  readonly refusals: readonly string[];
+  readonly counts: ImportCounts;
+}
+
+export interface PlanOptions {
+  readonly owner: ImportOwner;
+  /** The one timestamp every change of this import carries. */
+  readonly now: string;
+  readonly newId?: () => string;
+}
+
+/** True when the plan writes nothing at all. */
+export function planIsEmpty(plan: ImportPlan): boolean {
+  return (
+    plan.accountToCreate === undefined &&
+    plan.catalogRows.length === 0 &&
+    plan.catalogVersions.length === 0 &&
+    plan.resourceRows.length === 0 &&
+    plan.newVersions.length === 0 &&
+    plan.supersededVersionIds.length === 0 &&
+    plan.publishedVersionIds.length === 0
+  );
+}
+
+/**
+ * Compares a validated tree with what is stored and decides every change, following D15:
+ * - the same slug keeps its id; absent catalog folders are left as they are;
+ * - a change of content, manifest, media type or version label makes a new current version and
+ *   supersedes the old one; any of the first three under an unchanged label, or a label an earlier
+ *   version used, is refused;
+ * - a resource file that is gone archives its Resource; one that comes back un-archives it;
+ * - a change of a Catalog's pins publishes a new Catalog version, which needs a new label.
+ * Pure: it reads nothing and writes nothing, so a dry run is the same plan left unapplied.
+ *
+ * @example
+ * const plan = planImport(tree, await loadNamespaceState(db, owner, slugs), { owner, now: new Date().toISOString() });
+ * if (plan.refusals.length === 0 && !planIsEmpty(plan)) await writePlan(db, plan);
+ */
+export function planImport(tree: ImportTree, state: NamespaceState, options: PlanOptions): ImportPlan {
+  return new Planner(options).plan(tree, state);
+}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] extends readonly (infer U)[] ? U[] : T[K] };
+
+class Planner {
+  private readonly owner: 'svc' | 'org';
+  private readonly accountId: string | null;
+  private readonly now: string;
+  private readonly newId: () => string;
+  private readonly counts: MutableCounts = emptyCounts();
+  private readonly out: Mutable<Omit<ImportPlan, 'now' | 'counts' | 'accountToCreate'>> = {
+    catalogRows: [],
+    facetCatalogIds: [],
+    facetRows: [],
+    catalogVersions: [],
+    resourceRows: [],
+    newVersions: [],
+    supersededVersionIds: [],
+    publishedVersionIds: [],
+    lines: [],
+    refusals: [],
+  };
+
+  constructor(options: PlanOptions) {
+    this.owner = options.owner.kind === 'svc' ? 'svc' : 'org';
+    this.accountId = options.owner.kind === 'svc' ? null : options.owner.accountId;
+    this.now = options.now;
+    this.newId = options.newId ?? v7;
+  }
+
+  plan(tree: ImportTree, state: NamespaceState): ImportPlan {
+    let accountToCreate: string | undefined;
+    if (!state.accountExists && this.accountId !== null) {
+      accountToCreate = this.accountId;
+      this.counts.accountsCreated++;
+      this.out.lines.push(`+ account ${this.accountId} (plan free)`);
+    }
+    this.counts.catalogsRead = tree.catalogs.length;
+    this.counts.resourceFilesRead = tree.resourceFileCount;
+    for (const catalog of tree.catalogs) this.planCatalog(catalog, state.catalogs.get(catalog.slug));
+    return {
+      now: this.now,
+      ...(accountToCreate === undefined ? {} : { accountToCreate }),
+      ...this.out,
+      counts: { ...this.counts },
+    };
+  }
+
+  private planCatalog(catalog: TreeCatalog, existing: CatalogState | undefined): void {
+    const catalogId = existing?.row.id ?? this.newId();
+    const ref = `${this.owner}/${catalog.slug}`;
+    const headerAt = this.out.lines.length;
+
+    const pinSources: PinSource[] = [];
+    let refused = false;
+    const inTree = new Set<string>();
+    for (const resource of catalog.resources) {
+      inTree.add(resource.slug);
+      const outcome = this.planResource(catalogId, ref, resource, existing?.resources.get(resource.slug));
+      if (outcome === 'refused') refused = true;
+      else if (resource.status === 'active') pinSources.push(outcome);
+    }
+    for (const [slug, resource] of existing?.resources ?? []) {
+      if (!inTree.has(slug)) this.archiveRemoved(ref, resource);
+    }
+
+    // With a refused resource the pins are unknown; the import stops at the refusals anyway.
+    let newVersion: CatalogVersionRow | undefined;
+    if (!refused) newVersion = this.planCatalogVersion(catalogId, catalog, existing, pinSources);
+
+    const row = this.planCatalogRow(catalogId, catalog, existing, newVersion);
+    if (row) this.out.lines.splice(headerAt, 0, row);
+    if (newVersion) {
+      const previous = existing?.currentVersion ? ` (was ${existing.currentVersion.version})` : '';
+      this.out.lines.push(
+        `+ catalog version ${ref} ${newVersion.version}: ${plural(newVersion.resource_count, 'pin')}${previous}`,
+      );
+    }
+  }
+
+  /** Decides the catalog row; returns its report line when it changes. */
+  private planCatalogRow(
+    catalogId: string,
+    catalog: TreeCatalog,
+    existing: CatalogState | undefined,
+    newVersion: CatalogVersionRow | undefined,
+  ): string | undefined {
+    const ref = `${this.owner}/${catalog.slug}`;
+    const facets = facetsJson(catalog.facets);
+    const fields = {
+      name: catalog.name,
+      status: catalog.status,
+      description: catalog.description ?? null,
+      facets,
+    };
+    if (!existing) {
+      this.out.catalogRows.push({
+        id: catalogId,
+        account_id: this.accountId,
+        slug: catalog.slug,
+        ...fields,
+        current_version_id: newVersion?.id ?? null,
+        created_at: this.now,
+        updated_at: this.now,
+        archived_at: catalog.status === 'archived' ? this.now : null,
+      });
+      this.replaceFacets(catalogId, catalog.facets);
+      this.counts.catalogsCreated++;
+      return `+ catalog ${ref} (${catalog.status}): ${JSON.stringify(catalog.name)}`;
+    }
+
+    const row = existing.row;
+    const changed: string[] = [];
+    if (row.name !== fields.name) changed.push('name');
+    if (row.description !== fields.description) changed.push('description');
+    const facetsChanged = !sameJson(row.facets, facets);
+    if (facetsChanged) changed.push('facets');
+    const statusChange =
+      row.status === catalog.status ? undefined : `status ${row.status} → ${catalog.status}`;
+    if (changed.length === 0 && !statusChange && !newVersion) return undefined;
+
+    this.out.catalogRows.push({
+      ...row,
+      ...fields,
+      current_version_id: newVersion?.id ?? row.current_version_id,
+      updated_at: this.now,
+      archived_at: archivedAt(row.status, row.archived_at, catalog.status, this.now),
+    });
+    if (facetsChanged) this.replaceFacets(catalogId, catalog.facets);
+    if (changed.length === 0 && !statusChange) return undefined;
+    this.counts.catalogsUpdated++;
+    const parts = [
+      ...(changed.length > 0 ? [`${changed.join(', ')} changed`] : []),
+      ...(statusChange === undefined ? [] : [statusChange]),
+    ];
+    return `~ catalog ${ref}: ${parts.join('; ')}`;
+  }
+
+  private replaceFacets(catalogId: string, facets: Facets | undefined): void {
+    this.out.facetCatalogIds.push(catalogId);
+    for (const facet of FACET_KEYS) {
+      // The facet rows back filters, so each value once even if the file repeats it.
+      for (const value of new Set(facets?.[facet] ?? [])) {
+        this.out.facetRows.push({ catalog_id: catalogId, facet, value });
+      }
+    }
+  }
+
+  private planCatalogVersion(
+    catalogId: string,
+    catalog: TreeCatalog,
+    existing: CatalogState | undefined,
+    sources: PinSource[],
+  ): CatalogVersionRow | undefined {
+    const pins = catalogPins(this.owner, catalog.slug, sources);
+    const manifestHash = manifestHashOf(pins);
+    const current = existing?.currentVersion;
+    if (current) {
+      const pinsChanged = current.manifestHash !== manifestHash;
+      if (current.version === catalog.version) {
+        if (pinsChanged) {
+          const changes = pinChanges(JSON.parse(current.pins) as ResourcePin[], pins);
+          const shown =
+            changes.slice(0, 5).join(', ') + (changes.length > 5 ? `, … ${changes.length - 5} more` : '');
+          this.out.refusals.push(
+            `${catalog.file}: version: the catalog's pins changed (${shown}) but its version "${catalog.version}" ` +
+              'did not; a catalog version label names one set of pins, so give the catalog a new version',
+          );
+        }
+        return undefined;
+      }
+    }
+    if (existing?.labels.has(catalog.version)) {
+      this.out.refusals.push(
+        `${catalog.file}: version: "${catalog.version}" already names an earlier version of this catalog; ` +
+          'choose a new version label',
+      );
+      return undefined;
+    }
+    const row: CatalogVersionRow = {
+      id: this.newId(),
+      catalog_id: catalogId,
+      version: catalog.version,
+      pins: JSON.stringify(pins),
+      manifest_hash: manifestHash,
+      resource_count: pins.length,
+      published_at: this.now,
+      created_at: this.now,
+    };
+    this.out.catalogVersions.push(row);
+    this.counts.catalogVersionsPublished++;
+    return row;
+  }
+
+  /** Decides one Resource; returns what its pin would be, or `refused`. */
+  private planResource(
+    catalogId: string,
+    catalogRef: string,
+    resource: TreeResource,
+    existing: ResourceState | undefined,
+  ): PinSource | 'refused' {
+    const ref = `${catalogRef}/${resource.slug}`;
+    const manifest = JSON.stringify(resource.manifest);
+    const fields = {
+      kind: resource.kind,
+      title: resource.title,
+      status: resource.status,
+      description: resource.description ?? null,
+      facets: facetsJson(resource.facets),
+      manifest,
+    };
+
+    if (!existing) {
+      const id = this.newId();
+      const version = this.newVersion(id, resource, manifest);
+      this.out.resourceRows.push({
+        id,
+        catalog_id: catalogId,
+        slug: resource.slug,
+        ...fields,
+        current_version_id: version.id,
+        created_at: this.now,
+        updated_at: this.now,
+        archived_at: resource.status === 'archived' ? this.now : null,
+      });
+      this.counts.resourcesCreated++;
+      this.out.lines.push(
+        `+ resource ${ref} (${resource.kind}, ${resource.status}): version ${resource.version} ${version.status}, ` +
+          `${resource.contentSizeBytes} bytes in ${resource.storageBackend}`,
+      );
+      return pinSource(id, resource, version.id);
+    }
+
+    const row = existing.row;
+    const current = existing.currentVersion;
+    const parts: string[] = [];
+    let currentVersionId: string;
+
+    if (!current || current.version !== resource.version) {
+      if (existing.labels.has(resource.version)) {
+        this.out.refusals.push(
+          `${resource.file}: version: "${resource.version}" already names an earlier version of this resource; ` +
+            'choose a new version label',
+        );
+        return 'refused';
+      }
+      currentVersionId = this.newVersion(row.id, resource, manifest).id;
+      if (current) {
+        this.out.supersededVersionIds.push(current.id);
+        this.counts.resourceVersionsSuperseded++;
+        const changes = versionChanges(current, resource, manifest);
+        const why = changes.length > 0 ? `${changes.join(', ')} changed` : 'new label';
+        parts.push(
+          `version ${current.version} → ${resource.version} (${why}; ${current.version} superseded)`,
+        );
+      } else {
+        parts.push(`version ${resource.version}`);
+      }
+    } else {
+      const changes = versionChanges(current, resource, manifest);
+      if (changes.length > 0) {
+        this.out.refusals.push(
+          `${resource.file}: version: ${changes.join(', ')} changed but the version "${resource.version}" ` +
+            'did not; a version label names immutable content, so give the new version a new label',
+        );
+        return 'refused';
+      }
+      currentVersionId = current.id;
+      if (row.status === 'draft' && resource.status !== 'draft' && current.status === 'draft') {
+        // Leaving draft publishes the version as it is: only its lifecycle fields move, never its content.
+        this.out.publishedVersionIds.push(current.id);
+        this.counts.resourceVersionsPublished++;
+        parts.push(`version ${current.version} published`);
+      }
+    }
+
+    const changed: string[] = (['kind', 'title', 'description'] as const).filter(
+      (key) => row[key] !== fields[key],
+    );
+    if (!sameJson(row.facets, fields.facets)) changed.push('facets');
+    if (!sameJson(row.manifest, fields.manifest)) changed.push('manifest');
+    if (changed.length > 0) parts.push(`${changed.join(', ')} changed`);
+    if (row.status !== resource.status) parts.push(`status ${row.status} → ${resource.status}`);
+
+    if (parts.length === 0) {
+      this.counts.resourcesUnchanged++;
+    } else {
+      this.out.resourceRows.push({
+        ...row,
+        ...fields,
+        current_version_id: currentVersionId,
+        updated_at: this.now,
+        archived_at: archivedAt(row.status, row.archived_at, resource.status, this.now),
+      });
+      this.counts.resourcesUpdated++;
+      this.out.lines.push(`~ resource ${ref}: ${parts.join('; ')}`);
+    }
+    return pinSource(row.id, resource, currentVersionId);
+  }
+
+  private newVersion(resourceId: string, resource: TreeResource, manifest: string): ResourceVersionRow {
+    const published = resource.status !== 'draft';
+    const row: ResourceVersionRow = {
+      id: this.newId(),
+      resource_id: resourceId,
+      version: resource.version,
+      content_hash: resource.contentHash,
+      content_size_bytes: resource.contentSizeBytes,
+      media_type: resource.mediaType,
+      storage_backend: resource.storageBackend,
+      status: published ? 'published' : 'draft',
+      manifest,
+      published_at: published ? this.now : null,
+      superseded_at: null,
+      archived_at: null,
+      created_at: this.now,
+    };
+    this.out.newVersions.push({ row, content: resource.content });
+    this.counts.resourceVersionsCreated++;
+    return row;
+  }
+
+  private archiveRemoved(catalogRef: string, resource: ResourceState): void {
+    if (resource.row.status === 'archived') return;
+    this.out.resourceRows.push({
+      ...resource.row,
+      status: 'archived',
+      updated_at: this.now,
+      archived_at: this.now,
+    });
+    this.counts.resourcesArchived++;
+    this.out.lines.push(`- resource ${catalogRef}/${resource.row.slug}: archived (its file is gone)`);
+  }
+}
+
+/** What makes `resource` a different Resource Version from `current`, the label aside. */
+function versionChanges(current: ResourceVersionRow, resource: TreeResource, manifest: string): string[] {
+  return [
+    ...(current.content_hash === resource.contentHash ? [] : ['content']),
+    ...(sameJson(current.manifest, manifest) ? [] : ['manifest']),
+    ...(current.media_type === resource.mediaType ? [] : ['mediaType']),
+  ];
+}
+
+function pinSource(resourceId: string, resource: TreeResource, versionId: string): PinSource {
+  return {
+    resourceId,
+    slug: resource.slug,
+    versionId,
+    version: resource.version,
+    contentHash: resource.contentHash,
+  };
+}
+
+function facetsJson(facets: Facets | undefined): string | null {
+  return facets === undefined ? null : JSON.stringify(facets);
+}
+
+/** Equal as JSON values: key order in a file is not a change. */
+function sameJson(stored: string | null, next: string | null): boolean {
+  if (stored === null || next === null) return stored === next;
+  return stored === next || canonicalJson(JSON.parse(stored)) === canonicalJson(JSON.parse(next));
+}
+
+/** `archivedAt` is set when a status becomes `archived` and cleared when it stops being so. */
+function archivedAt(
+  before: string,
+  archivedAtBefore: string | null,
+  after: LifecycleStatus,
+  now: string,
+): string | null {
+  if (after !== 'archived') return null;
+  return before === 'archived' ? (archivedAtBefore ?? now) : now;
+}

@@ -1,0 +1,313 @@
+import type { Dirent } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { sha256Hex, utf8Size } from '../content/hash.js';
+import type { Facets, LifecycleStatus, Manifest } from '../schemas/common.js';
+import type { ResourceKind, StorageBackend } from '../schemas/playbook.js';
+import { mapWithLimit, progressCounter } from './batches.js';
+import { readContentFile } from './content-file.js';
+import { catalogFileChecker, type ResourceFile, resourceFileChecker, slugChecker } from './file-schemas.js';
+import { schemaProblems, slugRule } from './schema-problems.js';
+
+/** Content up to this many UTF-8 bytes defaults to `database-text`; anything larger to `object-storage` (D15). */
+export const DATABASE_TEXT_MAX_BYTES = 65_536;
+
+/** Files read at once: enough to keep the disk busy, few enough to stay far from descriptor limits. */
+const READ_CONCURRENCY = 32;
+
+/** A valid resource file, with its content loaded, hashed and assigned a storage backend. */
+export interface TreeResource {
+  readonly slug: string;
+  /** Path relative to the tree, for messages. */
+  readonly file: string;
+  readonly kind: ResourceKind;
+  readonly title: string;
+  readonly version: string;
+  readonly mediaType: string;
+  readonly status: LifecycleStatus;
+  readonly description?: string;
+  readonly facets?: Facets;
+  readonly manifest: Manifest;
+  readonly storageBackend: StorageBackend;
+  readonly content: string;
+  readonly contentHash: string;
+  readonly contentSizeBytes: number;
+}
+
+/** A valid catalog folder and its resources, in slug order. */
+export interface TreeCatalog {
+  readonly slug: string;
+  readonly file: string;
+  readonly name: string;
+  readonly version: string;
+  readonly status: LifecycleStatus;
+  readonly description?: string;
+  readonly facets?: Facets;
+  readonly resources: readonly TreeResource[];
+}
+
+export interface ImportTree {
+  readonly catalogs: readonly TreeCatalog[];
+  readonly resourceFileCount: number;
+}
+
+/** The tree when every file is valid; otherwise every problem found, in a stable order. */
+export type TreeReading =
+  | { readonly ok: true; readonly tree: ImportTree }
+  | { readonly ok: false; readonly problems: string[] };
+
+interface ResourceEntry {
+  readonly slug: string;
+  readonly absolute: string;
+  readonly display: string;
+}
+
+interface FolderListing {
+  readonly slug: string;
+  readonly absolute: string;
+  /** False for an entry that is not read at all (a symbolic link in place of a catalog folder). */
+  readonly readable: boolean;
+  readonly problems: string[];
+  readonly resources: ResourceEntry[];
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * Reads and validates an import tree (D15) without touching storage. Every file is checked and every
+ * problem reported, so that one run shows everything to fix.
+ *
+ * Layout: one folder per Catalog named by its slug, holding `catalog.json` and `resources/*.json`.
+ * Names starting with a dot are skipped; so are plain files beside the catalog folders, and files in
+ * `resources/` that do not end in `.json` (content files may sit there or in any folder of the
+ * catalog). Symbolic links are never followed as catalog folders or resource files.
+ *
+ * @example
+ * const reading = await readImportTree('demo/catalogs');
+ * if (reading.ok) console.log(reading.tree.catalogs.map((c) => c.slug));
+ */
+export async function readImportTree(dir: string, onProgress?: (line: string) => void): Promise<TreeReading> {
+  const root = path.resolve(dir);
+  let entries: Dirent[];
+  try {
+    if (!(await fs.stat(root)).isDirectory()) return { ok: false, problems: [`${dir}: is not a folder`] };
+    entries = await fs.readdir(root, { withFileTypes: true });
+  } catch (error) {
+    return { ok: false, problems: [`${dir}: cannot be read (${errorCode(error)})`] };
+  }
+
+  const listings: FolderListing[] = [];
+  for (const entry of sortByName(entries)) {
+    if (entry.name.startsWith('.')) continue;
+    if (entry.isSymbolicLink()) {
+      listings.push(
+        emptyListing(entry.name, root, [
+          `${entry.name}: is a symbolic link; catalog folders must be real folders`,
+        ]),
+      );
+    } else if (entry.isDirectory()) {
+      listings.push(await listCatalogFolder(root, entry.name));
+    }
+  }
+
+  const resourceEntries = listings.flatMap((listing) => listing.resources);
+  const counted = progressCounter(resourceEntries.length, 'validated resource files:', onProgress);
+  const catalogReadings = await Promise.all(
+    listings.map((listing): Promise<CatalogReading> | CatalogReading =>
+      listing.readable ? readCatalogFile(listing) : { problems: [] },
+    ),
+  );
+  const realDirs = new Map<string, string>();
+  for (const listing of listings.filter((l) => l.readable)) {
+    realDirs.set(listing.absolute, await fs.realpath(listing.absolute));
+  }
+  const resourceReadings = await mapWithLimit(resourceEntries, READ_CONCURRENCY, async (entry) => {
+    const catalogDir = path.dirname(path.dirname(entry.absolute));
+    const reading = await readResourceFile(entry, catalogDir, realDirs.get(catalogDir) ?? catalogDir);
+    counted();
+    return reading;
+  });
+
+  const problems: string[] = [];
+  const catalogs: TreeCatalog[] = [];
+  let next = 0;
+  for (const [index, listing] of listings.entries()) {
+    const catalogReading = catalogReadings[index]!;
+    problems.push(...listing.problems, ...catalogReading.problems);
+    const resources: TreeResource[] = [];
+    for (let i = 0; i < listing.resources.length; i++) {
+      const reading = resourceReadings[next++]!;
+      problems.push(...reading.problems);
+      if (reading.resource) resources.push(reading.resource);
+    }
+    if (catalogReading.catalog) catalogs.push({ ...catalogReading.catalog, slug: listing.slug, resources });
+  }
+  if (problems.length > 0) return { ok: false, problems };
+  return { ok: true, tree: { catalogs, resourceFileCount: resourceEntries.length } };
+}
+
+function emptyListing(name: string, root: string, problems: string[]): FolderListing {
+  return { slug: name, absolute: path.join(root, name), readable: false, problems, resources: [] };
+}
+
+async function listCatalogFolder(root: string, name: string): Promise<FolderListing> {
+  const absolute = path.join(root, name);
+  const problems: string[] = [];
+  if (!slugChecker.Check(name)) problems.push(`${name}: folder name: ${slugRule(name)}`);
+
+  const resourcesDir = path.join(absolute, 'resources');
+  let entries: Dirent[] = [];
+  try {
+    const stat = await fs.lstat(resourcesDir);
+    if (stat.isSymbolicLink())
+      problems.push(`${name}/resources: is a symbolic link; it must be a real folder`);
+    else if (!stat.isDirectory()) problems.push(`${name}/resources: must be a folder`);
+    else entries = await fs.readdir(resourcesDir, { withFileTypes: true });
+  } catch (error) {
+    // A catalog without resources is valid: it publishes a version with no pins.
+    if (errorCode(error) !== 'ENOENT')
+      problems.push(`${name}/resources: cannot be read (${errorCode(error)})`);
+  }
+
+  const resources: ResourceEntry[] = [];
+  for (const entry of sortByName(entries)) {
+    if (entry.name.startsWith('.') || !entry.name.endsWith('.json')) continue;
+    const display = `${name}/resources/${entry.name}`;
+    if (entry.isSymbolicLink()) {
+      problems.push(`${display}: is a symbolic link; resource files must be real files`);
+      continue;
+    }
+    if (!entry.isFile()) {
+      problems.push(`${display}: is not a file`);
+      continue;
+    }
+    const slug = entry.name.slice(0, -'.json'.length);
+    if (!slugChecker.Check(slug)) problems.push(`${display}: file name: ${slugRule(slug)}`);
+    resources.push({ slug, absolute: path.join(resourcesDir, entry.name), display });
+  }
+  return { slug: name, absolute, readable: true, problems, resources };
+}
+
+type CatalogReading = {
+  problems: string[];
+  catalog?: Omit<TreeCatalog, 'slug' | 'resources'>;
+};
+
+async function readCatalogFile(listing: FolderListing): Promise<CatalogReading> {
+  const display = `${listing.slug}/catalog.json`;
+  const file = path.join(listing.absolute, 'catalog.json');
+  const stat = await fs.lstat(file).catch(() => undefined);
+  if (stat?.isSymbolicLink()) return { problems: [`${display}: is a symbolic link; it must be a real file`] };
+  const json = await readJson(file, display, true);
+  if ('problem' in json) return { problems: [json.problem] };
+  const problems = schemaProblems(catalogFileChecker, json.value, display);
+  if (problems.length > 0 || !catalogFileChecker.Check(json.value)) return { problems };
+  const spec = json.value;
+  return {
+    problems,
+    catalog: {
+      file: display,
+      name: spec.name,
+      version: spec.version,
+      status: spec.status ?? 'active',
+      ...(spec.description === undefined ? {} : { description: spec.description }),
+      ...(spec.facets === undefined ? {} : { facets: spec.facets }),
+    },
+  };
+}
+
+type ResourceReading = { problems: string[]; resource?: TreeResource };
+
+async function readResourceFile(
+  entry: ResourceEntry,
+  catalogDir: string,
+  catalogRealDir: string,
+): Promise<ResourceReading> {
+  const { display } = entry;
+  const json = await readJson(entry.absolute, display, false);
+  if ('problem' in json) return { problems: [json.problem] };
+  const value = json.value;
+  const problems = schemaProblems(resourceFileChecker, value, display);
+  if (!isObject(value)) return { problems };
+
+  const inline = value.content;
+  const contentFile = value.contentFile;
+  if (inline !== undefined && contentFile !== undefined) {
+    problems.push(`${display}: contentFile: give either content or contentFile, not both`);
+  } else if (inline === undefined && contentFile === undefined) {
+    problems.push(`${display}: content: is required (or contentFile, a path relative to resources/)`);
+  }
+  let content = typeof inline === 'string' ? inline : undefined;
+  if (inline === undefined && typeof contentFile === 'string' && contentFile.length > 0) {
+    const read = await readContentFile(catalogDir, catalogRealDir, contentFile);
+    if ('problem' in read) problems.push(`${display}: contentFile: ${read.problem}`);
+    else content = read.content;
+  }
+  if (problems.length > 0 || content === undefined || !resourceFileChecker.Check(value)) return { problems };
+
+  const spec: ResourceFile = value;
+  const contentSizeBytes = utf8Size(content);
+  return {
+    problems,
+    resource: {
+      slug: entry.slug,
+      file: display,
+      kind: spec.kind,
+      title: spec.title,
+      version: spec.version,
+      mediaType: spec.mediaType,
+      status: spec.status ?? 'active',
+      ...(spec.description === undefined ? {} : { description: spec.description }),
+      ...(spec.facets === undefined ? {} : { facets: spec.facets }),
+      manifest: spec.manifest ?? {},
+      storageBackend:
+        spec.storageBackend ??
+        (contentSizeBytes <= DATABASE_TEXT_MAX_BYTES ? 'database-text' : 'object-storage'),
+      content,
+      contentHash: sha256Hex(content),
+      contentSizeBytes,
+    },
+  };
+}
+
+/** Parses a JSON file; a leading byte order mark is tolerated, since editors add one. */
+async function readJson(
+  file: string,
+  display: string,
+  required: boolean,
+): Promise<{ value: unknown } | { problem: string }> {
+  let bytes: Buffer;
+  try {
+    bytes = await fs.readFile(file);
+  } catch (error) {
+    const code = errorCode(error);
+    return {
+      problem:
+        code === 'ENOENT' && required ? `${display}: is missing` : `${display}: cannot be read (${code})`,
+    };
+  }
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    return { problem: `${display}: is not valid UTF-8` };
+  }
+  try {
+    return { value: JSON.parse(text) as unknown };
+  } catch (error) {
+    return { problem: `${display}: is not valid JSON (${(error as Error).message})` };
+  }
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Byte order of names, not the locale's, so that listings and messages come out alike everywhere. */
+function sortByName(entries: Dirent[]): Dirent[] {
+  return [...entries].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+function errorCode(error: unknown): string {
+  return (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+}
