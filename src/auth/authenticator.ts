@@ -1,6 +1,7 @@
-import type { FastifyRequest } from 'fastify';
-import { ForbiddenError } from '../errors.js';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { AuthenticationError, ForbiddenError } from '../errors.js';
 import type { Principal, Scope } from './principal.js';
+import type { AccessLimiter, RateLimits } from './rate-limits.js';
 
 /** Which credentials a route takes: the reads take either; key management only an access token (D8). */
 export type CredentialPolicy = 'api-key-or-token' | 'access-token';
@@ -8,6 +9,11 @@ export type CredentialPolicy = 'api-key-or-token' | 'access-token';
 /** Turns a request's credential into a principal, or throws `AuthenticationError` / `ForbiddenError`. */
 export interface Authenticator {
   authenticate(request: FastifyRequest, policy: CredentialPolicy): Promise<Principal>;
+  /**
+   * The rate limits that go with this authenticator (D10), installed on the app before any route.
+   * They travel with it because they are keyed on what it resolves; test doubles leave them out.
+   */
+  readonly rateLimits?: RateLimits;
 }
 
 declare module 'fastify' {
@@ -21,13 +27,29 @@ declare module 'fastify' {
   }
 }
 
-/** Each route states its needs in one line of `config`; this hook enforces them before validation. */
-export function authHook(authenticator: Authenticator) {
-  return async (request: FastifyRequest): Promise<void> => {
+/**
+ * Each route states its needs in one line of `config`; this hook enforces them before validation, in
+ * this order: the per-address failure limit (before any credential work), authentication, the
+ * per-credential rate limit (so a 403 counts and carries the headers too), then the scope.
+ */
+export function authHook(authenticator: Authenticator, limiter?: AccessLimiter) {
+  return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const needs = request.routeOptions.config.auth;
-    if (!needs) return;
-    const principal = await authenticator.authenticate(request, needs.policy);
+    if (!needs) {
+      await limiter?.consume(request, reply);
+      return;
+    }
+    await limiter?.admit(request, reply);
+    let principal: Principal;
+    try {
+      principal = await authenticator.authenticate(request, needs.policy);
+    } catch (error) {
+      if (error instanceof AuthenticationError) await limiter?.recordFailure(request, reply);
+      else await limiter?.consume(request, reply);
+      throw error;
+    }
     request.principal = principal;
+    await limiter?.consume(request, reply);
     if (needs.scope && !principal.scopes.has(needs.scope)) {
       throw new ForbiddenError(`this operation needs the ${needs.scope} scope`);
     }

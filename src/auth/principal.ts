@@ -10,7 +10,13 @@ export const DEFAULT_PLAN = 'free';
 
 export type Credential =
   | { readonly kind: 'api-key'; readonly keyId: string }
-  | { readonly kind: 'access-token'; readonly subject: string };
+  | {
+      readonly kind: 'access-token';
+      /** The user (`sub`). */
+      readonly subject: string;
+      /** Every account the token lets the user act for (D9), whichever one this request selected. */
+      readonly accounts: readonly string[];
+    };
 
 /**
  * Who is calling, as the authentication hook resolved it: the account whose data is visible (none

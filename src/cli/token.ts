@@ -1,5 +1,61 @@
-import type { Command } from 'commander';
-import type { CliContext } from './context.js';
+import { type Command, InvalidArgumentError } from 'commander';
+import { DevTokenSigner } from '../auth/dev-signer.js';
+import { ACCOUNT_ID_PATTERN } from '../catalog/accounts.js';
+import { type CliContext, CommandError } from './context.js';
 
-// Placeholder until the command lands.
-export function registerTokenCommand(_program: Command, _context: CliContext): void {}
+const DEFAULT_TTL_SECONDS = 3600;
+const MAX_TTL_SECONDS = 30 * 24 * 3600;
+
+function parseTtl(value: string): number {
+  const seconds = Number(value);
+  if (!/^\d+$/.test(value) || seconds < 1 || seconds > MAX_TTL_SECONDS) {
+    throw new InvalidArgumentError(`expected whole seconds from 1 to ${MAX_TTL_SECONDS}`);
+  }
+  return seconds;
+}
+
+function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
+}
+
+/**
+ * `playbook token --user <userId> --account <accountId> [--account …] [--ttl <seconds>]` (D9, D14):
+ * mints a user access token with the embedded dev signer and prints only the token, so that it can
+ * be captured in a shell variable. Refuses when `PLAYBOOK_JWKS_URL` is set: tokens then come from
+ * the identity provider, and a locally signed one would not verify anyway.
+ *
+ * @example
+ * TOKEN=$(npx playbook token --user ada --account demo --ttl 600)
+ * curl -H "Authorization: Bearer $TOKEN" http://127.0.0.1:8080/v3/identity/api-keys?accountId=demo
+ */
+export function registerTokenCommand(program: Command, context: CliContext): void {
+  program
+    .command('token')
+    .description('mint a user access token with the embedded dev signer; prints only the token')
+    .requiredOption('--user <userId>', 'the user (the token subject)')
+    .option('--account <accountId>', 'an account the user may act for (repeatable)', collect, [])
+    .option('--ttl <seconds>', `lifetime in seconds (default ${DEFAULT_TTL_SECONDS})`, parseTtl)
+    .action(async (options: { user: string; account: string[]; ttl?: number }, command: Command) => {
+      if (options.user.trim() === '' || options.user.length > 256) {
+        command.error('error: --user must be 1-256 characters');
+      }
+      if (options.account.length === 0)
+        command.error('error: at least one --account <accountId> is required');
+      const invalid = options.account.find((account) => !ACCOUNT_ID_PATTERN.test(account));
+      if (invalid !== undefined)
+        command.error(`error: --account ${JSON.stringify(invalid)} is not an account id`);
+      const config = context.config();
+      if (config.jwt.jwksUrl !== undefined) {
+        throw new CommandError(
+          'PLAYBOOK_JWKS_URL is set: access tokens come from that identity provider, not from playbook token',
+        );
+      }
+      const signer = new DevTokenSigner(config.dataDir, config.jwt);
+      const token = await signer.mint({
+        subject: options.user,
+        accounts: options.account,
+        ttlSeconds: options.ttl ?? DEFAULT_TTL_SECONDS,
+      });
+      context.stdout.write(`${token}\n`);
+    });
+}

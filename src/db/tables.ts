@@ -83,6 +83,24 @@ export interface ContentBlobTable {
   body: string;
 }
 
+/** An API key (D8): never the key string or its secret, only the secret's SHA-256. */
+export interface ApiKeyTable {
+  /** The key id of the key string. */
+  id: string;
+  account_id: string;
+  name: string;
+  /** JSON array of scope names. */
+  scopes: string;
+  environment: string;
+  secret_hash: string;
+  /** The user (token subject) who created the key. */
+  created_by: string;
+  created_at: string;
+  expires_at: string | null;
+  revoked_at: string | null;
+  last_used_at: string | null;
+}
+
 export interface Database {
   accounts: AccountTable;
   catalogs: CatalogTable;
@@ -91,6 +109,7 @@ export interface Database {
   resources: ResourceTable;
   resource_versions: ResourceVersionTable;
   content_blobs: ContentBlobTable;
+  api_keys: ApiKeyTable;
 }
 
 export type Db = Kysely<Database>;
@@ -104,3 +123,5 @@ export type ResourceRow = Selectable<ResourceTable>;
 export type NewResource = Insertable<ResourceTable>;
 export type ResourceVersionRow = Selectable<ResourceVersionTable>;
 export type NewResourceVersion = Insertable<ResourceVersionTable>;
+export type ApiKeyRow = Selectable<ApiKeyTable>;
+export type NewApiKey = Insertable<ApiKeyTable>;

@@ -1,0 +1,129 @@
+import {
+  createRemoteJWKSet,
+  errors,
+  type JWSAlgorithm,
+  type JWTPayload,
+  type JWTVerifyGetKey,
+  jwtVerify,
+  type RemoteJWKSetOptions,
+} from 'jose';
+import { AuthenticationError, UnavailableError } from '../errors.js';
+import { DEV_ALGORITHM, type DevTokenSigner, type TokenClaimsConfig } from './dev-signer.js';
+
+/**
+ * Asymmetric algorithms only. `none` is never accepted by `jwtVerify`, and the HS* family is left
+ * out on purpose: with a symmetric algorithm a published verification key would also be a signing key.
+ */
+export const REMOTE_ALGORITHMS: JWSAlgorithm[] = [
+  'RS256',
+  'RS384',
+  'RS512',
+  'PS256',
+  'PS384',
+  'PS512',
+  'ES256',
+  'ES384',
+  'ES512',
+  'EdDSA',
+  'Ed25519',
+];
+
+/** Compact JWS: three base64url segments. Anything else is refused before any cryptography. */
+const COMPACT_JWT = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
+const MAX_TOKEN_LENGTH = 16 * 1024;
+
+/** What a verified access token says: who the user is and which accounts they may act for (D9). */
+export interface VerifiedToken {
+  readonly subject: string;
+  readonly accounts: readonly string[];
+}
+
+export interface AccessTokenVerifierOptions extends TokenClaimsConfig {
+  readonly clockToleranceS: number;
+  readonly now?: () => number;
+}
+
+/**
+ * Verifies user access tokens with `jose` (D9): signature by an allowed asymmetric algorithm, `exp`
+ * required, `iss` and `aud` when configured, `sub` as the user, and the accounts claim.
+ */
+export class AccessTokenVerifier {
+  private constructor(
+    private readonly key: JWTVerifyGetKey,
+    private readonly algorithms: JWSAlgorithm[],
+    private readonly remote: boolean,
+    private readonly options: AccessTokenVerifierOptions,
+  ) {}
+
+  /**
+   * Keys from an identity provider's JWKS: fetched on first use, cached, and fetched again when a
+   * token names an unknown `kid` (key rotation), at most once per `cooldownDuration`.
+   */
+  static remote(
+    jwksUrl: string,
+    options: AccessTokenVerifierOptions,
+    jwks: RemoteJWKSetOptions = {},
+  ): AccessTokenVerifier {
+    return new AccessTokenVerifier(
+      createRemoteJWKSet(new URL(jwksUrl), jwks),
+      REMOTE_ALGORITHMS,
+      true,
+      options,
+    );
+  }
+
+  /** The public half of the embedded dev signer. */
+  static embedded(signer: DevTokenSigner, options: AccessTokenVerifierOptions): AccessTokenVerifier {
+    return new AccessTokenVerifier(() => signer.verificationKey(), [DEV_ALGORITHM], false, options);
+  }
+
+  /** Returns the user and accounts, or throws `AuthenticationError` (401) without echoing the token. */
+  async verify(token: string): Promise<VerifiedToken> {
+    if (token.length > MAX_TOKEN_LENGTH || !COMPACT_JWT.test(token)) {
+      throw new AuthenticationError('the access token is malformed');
+    }
+    let payload: JWTPayload;
+    try {
+      ({ payload } = await jwtVerify(token, this.key, {
+        algorithms: this.algorithms,
+        requiredClaims: ['exp', 'sub'],
+        clockTolerance: this.options.clockToleranceS,
+        ...(this.options.issuer === undefined ? {} : { issuer: this.options.issuer }),
+        ...(this.options.audience === undefined ? {} : { audience: this.options.audience }),
+        ...(this.options.now ? { currentDate: new Date(this.options.now()) } : {}),
+      }));
+    } catch (error) {
+      throw this.refusal(error);
+    }
+    const subject = payload.sub;
+    if (typeof subject !== 'string' || subject.length === 0 || subject.length > 256) {
+      throw new AuthenticationError('the access token has no usable subject');
+    }
+    return { subject, accounts: this.accountsOf(payload) };
+  }
+
+  private accountsOf(payload: JWTPayload): string[] {
+    const claim = payload[this.options.accountsClaim];
+    if (claim === undefined) return [];
+    if (!Array.isArray(claim) || !claim.every((a): a is string => typeof a === 'string' && a.length > 0)) {
+      throw new AuthenticationError(`the access token's ${this.options.accountsClaim} claim is not a list`);
+    }
+    return [...new Set(claim)];
+  }
+
+  private refusal(error: unknown): Error {
+    if (error instanceof errors.JWTExpired) return new AuthenticationError('the access token has expired');
+    if (this.remote) {
+      // The identity provider's key set could not be fetched or read: our outage, not a bad token.
+      const generic = error instanceof errors.JOSEError && error.code === 'ERR_JOSE_GENERIC';
+      if (error instanceof errors.JWKSTimeout || generic || !(error instanceof errors.JOSEError)) {
+        return new UnavailableError('the access token key set cannot be fetched');
+      }
+    }
+    if (error instanceof errors.JWTClaimValidationFailed) {
+      return new AuthenticationError(`the access token's ${error.claim} claim is not accepted`);
+    }
+    if (error instanceof errors.JOSEError) return new AuthenticationError('the access token is not valid');
+    return error instanceof Error ? error : new Error(String(error));
+  }
+}

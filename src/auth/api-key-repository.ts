@@ -1,0 +1,84 @@
+import type { ApiKeyRow, Db, NewApiKey } from '../db/tables.js';
+
+/**
+ * Storage of API keys. Plain functions that take `db` (or a transaction) first, so that transactions
+ * compose at the call site.
+ */
+
+/** A key row with the plan of its account, as the verifier needs it. */
+export type ApiKeyWithPlan = ApiKeyRow & { plan: string };
+
+export async function insertApiKey(db: Db, row: NewApiKey): Promise<void> {
+  await db.insertInto('api_keys').values(row).execute();
+}
+
+/** Creates the account with the default plan when it does not exist yet; leaves an existing one alone. */
+export async function ensureAccount(db: Db, accountId: string, now: string): Promise<void> {
+  await db
+    .insertInto('accounts')
+    .values({ id: accountId, name: null, plan: 'free', created_at: now, updated_at: now })
+    .onConflict((conflict) => conflict.column('id').doNothing())
+    .execute();
+}
+
+export async function findApiKey(db: Db, keyId: string): Promise<ApiKeyRow | undefined> {
+  return db.selectFrom('api_keys').selectAll().where('id', '=', keyId).executeTakeFirst();
+}
+
+/** One primary-key lookup joined to the account, for verification. */
+export async function findApiKeyWithPlan(db: Db, keyId: string): Promise<ApiKeyWithPlan | undefined> {
+  return db
+    .selectFrom('api_keys')
+    .innerJoin('accounts', 'accounts.id', 'api_keys.account_id')
+    .selectAll('api_keys')
+    .select('accounts.plan')
+    .where('api_keys.id', '=', keyId)
+    .executeTakeFirst();
+}
+
+/** An account's keys, oldest first, revoked ones included (they are its audit trail). */
+export async function listApiKeys(db: Db, accountId: string): Promise<ApiKeyRow[]> {
+  return db
+    .selectFrom('api_keys')
+    .selectAll()
+    .where('account_id', '=', accountId)
+    .orderBy('created_at')
+    .orderBy('id')
+    .execute();
+}
+
+/** Marks a key revoked; returns false when it already was (or does not exist). */
+export async function revokeApiKey(db: Db, keyId: string, at: string): Promise<boolean> {
+  const result = await db
+    .updateTable('api_keys')
+    .set({ revoked_at: at })
+    .where('id', '=', keyId)
+    .where('revoked_at', 'is', null)
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+/**
+ * Records when keys were last used, in one statement per batch. A time never moves backwards, so
+ * that two processes flushing in either order leave the later time.
+ */
+export async function recordLastUsed(db: Db, usage: ReadonlyMap<string, string>): Promise<void> {
+  const entries = [...usage];
+  if (entries.length === 0) return;
+  await db
+    .updateTable('api_keys')
+    .set((eb) => {
+      const later = ([id, at]: [string, string]) =>
+        eb.and([eb('id', '=', id), eb.or([eb('last_used_at', 'is', null), eb('last_used_at', '<', at)])]);
+      const [first, ...rest] = entries as [[string, string], ...[string, string][]];
+      let cases = eb.case().when(later(first)).then(first[1]);
+      for (const entry of rest) cases = cases.when(later(entry)).then(entry[1]);
+      return { last_used_at: cases.else(eb.ref('last_used_at')).end() };
+    })
+    .where(
+      'id',
+      'in',
+      entries.map(([id]) => id),
+    )
+    .execute();
+}

@@ -1,0 +1,154 @@
+import { LRUCache } from 'lru-cache';
+import { AuthenticationError } from '../errors.js';
+import type { ApiKeyWithPlan } from './api-key-repository.js';
+import { type Environment, parseApiKey } from './key-format.js';
+import type { Scope } from './principal.js';
+import type { RevocationBus } from './revocation-bus.js';
+import { digestsEqual, type SecretHasher } from './secret-digest.js';
+import type { UsageRecorder } from './usage-recorder.js';
+
+/** Where the verifier reads a key from on a cache miss or a revalidation. */
+export interface ApiKeyLookup {
+  find(keyId: string): Promise<ApiKeyWithPlan | undefined>;
+}
+
+/** What a verified key grants. */
+export interface VerifiedApiKey {
+  readonly keyId: string;
+  readonly accountId: string;
+  readonly plan: string;
+  readonly scopes: ReadonlySet<Scope>;
+}
+
+interface CachedKey {
+  readonly keyId: string;
+  readonly accountId: string;
+  readonly plan: string;
+  readonly scopes: ReadonlySet<Scope>;
+  readonly environment: string;
+  readonly digest: Buffer;
+  readonly expiresAtMs: number | null;
+  readonly revoked: boolean;
+  /** When the storage read this entry came from started: the entry is as fresh as that moment. */
+  readonly validatedAt: number;
+}
+
+export interface ApiKeyVerifierOptions {
+  readonly lookup: ApiKeyLookup;
+  readonly hasher: SecretHasher;
+  readonly revocations: RevocationBus;
+  readonly usage: UsageRecorder;
+  readonly environment: Environment;
+  readonly now?: () => number;
+  /**
+   * How old a cached key may be before it is read from storage again. This bounds how long a key
+   * revoked by another process (the `playbook keys revoke` command, another instance without a shared
+   * bus) stays usable; one second is D8's promise.
+   */
+  readonly revalidateAfterMs?: number;
+  readonly maxCachedKeys?: number;
+}
+
+/**
+ * Verifies presented API keys (D8).
+ *
+ * - A malformed key or a bad checksum is refused before any hashing or storage access.
+ * - The secret is always hashed, and the digest compared in constant time, against the stored digest
+ *   or, for an unknown key id, against a dummy of the same length: an unknown id costs exactly the
+ *   work of a wrong secret.
+ * - Verified keys are cached with their account's plan, so a busy key costs at most one storage read
+ *   per `revalidateAfterMs`. A revocation announced on the bus evicts at once; expiry is checked on
+ *   every use against the cached `expiresAt`.
+ */
+export class ApiKeyVerifier {
+  private readonly cache: LRUCache<string, CachedKey>;
+  private readonly loading = new Map<string, Promise<CachedKey | undefined>>();
+  private readonly now: () => number;
+  private readonly revalidateAfterMs: number;
+  /** Bumped by every revocation, so that a read that raced one is used once but not cached. */
+  private revocationEpoch = 0;
+  private readonly unsubscribe: () => void;
+
+  constructor(private readonly options: ApiKeyVerifierOptions) {
+    this.now = options.now ?? Date.now;
+    this.revalidateAfterMs = options.revalidateAfterMs ?? 1000;
+    this.cache = new LRUCache({ max: options.maxCachedKeys ?? 10_000 });
+    this.unsubscribe = options.revocations.subscribe((keyId) => {
+      this.revocationEpoch++;
+      this.cache.delete(keyId);
+    });
+  }
+
+  /** Returns what the key grants, or throws `AuthenticationError` (401) saying why, never echoing it. */
+  async verify(presented: string): Promise<VerifiedApiKey> {
+    const parsed = parseApiKey(presented);
+    if (!parsed) throw new AuthenticationError('the API key is malformed');
+    const { environment } = this.options;
+    if (parsed.environment !== environment) {
+      throw new AuthenticationError(`this deployment accepts only ${environment} API keys`);
+    }
+    const digest = this.options.hasher.digest(parsed.secret);
+    const now = this.now();
+    const { entry, fresh } = await this.entryFor(parsed.keyId, now);
+    // Compared even when the id is unknown, so that both refusals cost the same.
+    const matches = digestsEqual(digest, entry?.digest ?? Buffer.alloc(digest.length));
+    if (!entry || !matches) throw new AuthenticationError('the API key is not valid');
+    if (fresh.epoch === this.revocationEpoch && fresh.loaded) this.cache.set(entry.keyId, entry);
+    if (entry.revoked) throw new AuthenticationError('the API key has been revoked');
+    if (entry.expiresAtMs !== null && entry.expiresAtMs <= now) {
+      throw new AuthenticationError('the API key has expired');
+    }
+    if (entry.environment !== environment) {
+      throw new AuthenticationError(`this deployment accepts only ${environment} API keys`);
+    }
+    this.options.usage.record(entry.keyId, new Date(now).toISOString());
+    return { keyId: entry.keyId, accountId: entry.accountId, plan: entry.plan, scopes: entry.scopes };
+  }
+
+  /** Drops a cached key (after a revocation made through this process, before the bus delivers). */
+  forget(keyId: string): void {
+    this.revocationEpoch++;
+    this.cache.delete(keyId);
+  }
+
+  close(): void {
+    this.unsubscribe();
+    this.cache.clear();
+  }
+
+  private async entryFor(
+    keyId: string,
+    now: number,
+  ): Promise<{ entry: CachedKey | undefined; fresh: { loaded: boolean; epoch: number } }> {
+    const cached = this.cache.get(keyId);
+    if (cached && now - cached.validatedAt < this.revalidateAfterMs) {
+      return { entry: cached, fresh: { loaded: false, epoch: this.revocationEpoch } };
+    }
+    const epoch = this.revocationEpoch;
+    // One storage read per key at a time, however many requests wait for it.
+    let pending = this.loading.get(keyId);
+    if (!pending) {
+      pending = this.load(keyId, now).finally(() => this.loading.delete(keyId));
+      this.loading.set(keyId, pending);
+    }
+    const entry = await pending;
+    if (!entry) this.cache.delete(keyId);
+    return { entry, fresh: { loaded: true, epoch } };
+  }
+
+  private async load(keyId: string, startedAt: number): Promise<CachedKey | undefined> {
+    const row = await this.options.lookup.find(keyId);
+    if (!row) return undefined;
+    return {
+      keyId: row.id,
+      accountId: row.account_id,
+      plan: row.plan,
+      scopes: new Set(JSON.parse(row.scopes) as Scope[]),
+      environment: row.environment,
+      digest: Buffer.from(row.secret_hash, 'hex'),
+      expiresAtMs: row.expires_at === null ? null : Date.parse(row.expires_at),
+      revoked: row.revoked_at !== null,
+      validatedAt: startedAt,
+    };
+  }
+}

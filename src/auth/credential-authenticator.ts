@@ -1,0 +1,90 @@
+import type { FastifyRequest } from 'fastify';
+import { AuthenticationError, ForbiddenError, InputError } from '../errors.js';
+import type { AccessTokenVerifier } from './access-tokens.js';
+import type { AccountPlans } from './account-plans.js';
+import type { ApiKeyVerifier } from './api-key-verifier.js';
+import type { Authenticator, CredentialPolicy } from './authenticator.js';
+import { DEFAULT_PLAN, type Principal, type Scope } from './principal.js';
+import type { RateLimits } from './rate-limits.js';
+
+/** What an access token may do on the reads (D7): read, nothing else. */
+const TOKEN_SCOPES: ReadonlySet<Scope> = new Set<Scope>(['playbook:read']);
+const BEARER = /^Bearer +(\S+)$/i;
+
+function header(request: FastifyRequest, name: string): string | undefined {
+  const value = request.headers[name];
+  return Array.isArray(value) ? value.join(', ') : value;
+}
+
+/**
+ * The service's authenticator: `x-api-key` or `Authorization: Bearer` on the reads, a bearer access
+ * token only on key management (an API key there is a 401).
+ *
+ * A request that sends both headers is refused with 400, whatever the route: choosing one silently
+ * would let a caller believe the other was checked, and a misconfigured client should learn it at once.
+ */
+export class CredentialAuthenticator implements Authenticator {
+  constructor(
+    private readonly keys: ApiKeyVerifier,
+    private readonly tokens: AccessTokenVerifier,
+    private readonly plans: AccountPlans,
+    readonly rateLimits?: RateLimits,
+  ) {}
+
+  async authenticate(request: FastifyRequest, policy: CredentialPolicy): Promise<Principal> {
+    const apiKey = header(request, 'x-api-key');
+    const authorization = header(request, 'authorization');
+    if (apiKey !== undefined && authorization !== undefined) {
+      throw InputError.of('header', 'x-api-key', 'send one credential: x-api-key or Authorization, not both');
+    }
+    if (policy === 'access-token') {
+      if (apiKey !== undefined) {
+        throw new AuthenticationError(
+          'this operation needs a user access token (Authorization: Bearer); API keys are not accepted',
+        );
+      }
+      if (authorization === undefined) {
+        throw new AuthenticationError('an access token is required: Authorization: Bearer <token>');
+      }
+      return this.fromToken(request, authorization);
+    }
+    if (apiKey !== undefined) return this.fromApiKey(request, apiKey);
+    if (authorization !== undefined) return this.fromToken(request, authorization);
+    throw new AuthenticationError('a credential is required: x-api-key, or Authorization: Bearer <token>');
+  }
+
+  private async fromApiKey(request: FastifyRequest, presented: string): Promise<Principal> {
+    const key = await this.keys.verify(presented);
+    const selected = header(request, 'x-account-id');
+    // A key belongs to one account (D8): naming another is asking for access it does not have.
+    if (selected !== undefined && selected !== key.accountId) {
+      throw new ForbiddenError('this API key does not act for the account in x-account-id');
+    }
+    return {
+      accountId: key.accountId,
+      plan: key.plan,
+      scopes: key.scopes,
+      credential: { kind: 'api-key', keyId: key.keyId },
+    };
+  }
+
+  private async fromToken(request: FastifyRequest, authorization: string): Promise<Principal> {
+    const token = BEARER.exec(authorization.trim())?.[1];
+    if (token === undefined) {
+      throw new AuthenticationError('the Authorization header must be "Bearer <access token>"');
+    }
+    const { subject, accounts } = await this.tokens.verify(token);
+    const selected = header(request, 'x-account-id');
+    if (selected !== undefined && !accounts.includes(selected)) {
+      throw new ForbiddenError('the access token does not let this user act for the account in x-account-id');
+    }
+    // D9: the chosen account, else the user's only account, else none (service-owned content only).
+    const accountId = selected ?? (accounts.length === 1 ? accounts[0]! : null);
+    return {
+      accountId,
+      plan: accountId === null ? DEFAULT_PLAN : await this.plans.planOf(accountId),
+      scopes: TOKEN_SCOPES,
+      credential: { kind: 'access-token', subject, accounts },
+    };
+  }
+}

@@ -1,0 +1,119 @@
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import type { RemoteJWKSetOptions } from 'jose';
+import type { Config } from '../config.js';
+import type { Db } from '../db/tables.js';
+import { identityRoutes } from '../routes/identity.js';
+import { AccessTokenVerifier } from './access-tokens.js';
+import { AccountPlans } from './account-plans.js';
+import { findApiKeyWithPlan } from './api-key-repository.js';
+import { ApiKeyService } from './api-key-service.js';
+import { type ApiKeyLookup, ApiKeyVerifier } from './api-key-verifier.js';
+import { CredentialAuthenticator } from './credential-authenticator.js';
+import { DevTokenSigner } from './dev-signer.js';
+import { MemoryRateCounter, type RateCounter, RateLimits } from './rate-limits.js';
+import { InProcessRevocationBus, type RevocationBus } from './revocation-bus.js';
+import { type SecretHasher, sha256Hasher } from './secret-digest.js';
+import { UsageRecorder } from './usage-recorder.js';
+
+/** Replaceable parts, for tests and for the multi-instance step (a Redis bus and counter). */
+export interface IdentityOptions {
+  readonly hasher?: SecretHasher;
+  readonly revocations?: RevocationBus;
+  readonly rateCounter?: RateCounter;
+  /** Wraps the storage lookup of the key verifier (tests count storage reads with it). */
+  readonly keyLookup?: (lookup: ApiKeyLookup) => ApiKeyLookup;
+  /** Milliseconds since the epoch; every expiry, window and timestamp reads this clock. */
+  readonly now?: () => number;
+  readonly usageFlushIntervalMs?: number;
+  /** Tuning of the remote JWKS (cooldown before refetching on an unknown `kid`, cache age). */
+  readonly jwks?: RemoteJWKSetOptions;
+}
+
+/** Identity and access (D7-D10) as one unit: what the app, the CLI and the tests compose. */
+export interface Identity {
+  readonly authenticator: CredentialAuthenticator;
+  readonly keys: ApiKeyService;
+  readonly verifier: ApiKeyVerifier;
+  readonly tokens: AccessTokenVerifier;
+  /** The embedded signer; absent when access tokens come from `PLAYBOOK_JWKS_URL`. */
+  readonly signer?: DevTokenSigner;
+  readonly usage: UsageRecorder;
+  /** The key management routes, for `buildApp`'s plugins. */
+  readonly routes: (app: FastifyInstance) => Promise<void>;
+  /** What `serve` prints on start for a newcomer. */
+  gettingStarted(address: string): string[];
+  /** Writes pending `lastUsedAt` times and stops timers. */
+  close(): Promise<void>;
+}
+
+/** Composes identity from the configuration and the primary database (revocations must not lag). */
+export function createIdentity(
+  config: Config,
+  db: Db,
+  logger: FastifyBaseLogger,
+  options: IdentityOptions = {},
+): Identity {
+  const now = options.now ?? Date.now;
+  const hasher = options.hasher ?? sha256Hasher;
+  const revocations = options.revocations ?? new InProcessRevocationBus();
+  const usage = new UsageRecorder(db, logger, options.usageFlushIntervalMs);
+  const storage: ApiKeyLookup = { find: (keyId) => findApiKeyWithPlan(db, keyId) };
+  const verifier = new ApiKeyVerifier({
+    lookup: options.keyLookup ? options.keyLookup(storage) : storage,
+    hasher,
+    revocations,
+    usage,
+    environment: config.environment,
+    now,
+  });
+  const claims = {
+    accountsClaim: config.jwt.accountsClaim,
+    clockToleranceS: config.jwt.clockToleranceS,
+    ...(config.jwt.issuer === undefined ? {} : { issuer: config.jwt.issuer }),
+    ...(config.jwt.audience === undefined ? {} : { audience: config.jwt.audience }),
+    ...(options.now ? { now } : {}),
+  };
+  const signer = config.jwt.jwksUrl === undefined ? new DevTokenSigner(config.dataDir, claims) : undefined;
+  const tokens = signer
+    ? AccessTokenVerifier.embedded(signer, claims)
+    : AccessTokenVerifier.remote(config.jwt.jwksUrl!, claims, options.jwks);
+  const rateLimits = new RateLimits(config.rateLimit, options.rateCounter ?? new MemoryRateCounter(now));
+  const authenticator = new CredentialAuthenticator(verifier, tokens, new AccountPlans(db, now), rateLimits);
+  const keys = new ApiKeyService(db, { environment: config.environment, hasher, revocations, usage, now });
+
+  return {
+    authenticator,
+    keys,
+    verifier,
+    tokens,
+    ...(signer ? { signer } : {}),
+    usage,
+    routes: async (app) => {
+      await app.register(identityRoutes(keys));
+    },
+    gettingStarted: (address) => gettingStarted(config, address),
+    close: async () => {
+      await usage.close();
+      verifier.close();
+      await revocations.close();
+    },
+  };
+}
+
+function gettingStarted(config: Config, address: string): string[] {
+  if (config.jwt.jwksUrl !== undefined) {
+    return [
+      `Playbook (${config.environment}) is serving on ${address}`,
+      `Access tokens are verified with ${config.jwt.jwksUrl}; create API keys with POST ${address}/v3/identity/api-keys`,
+    ];
+  }
+  const body = `{"name":"first key","accountId":"demo","scopes":["playbook:read"]}`;
+  return [
+    `Playbook (${config.environment}) is serving on ${address}`,
+    'First steps, with the embedded dev token signer:',
+    '  TOKEN=$(npx playbook token --user you --account demo)',
+    `  curl -s -X POST ${address}/v3/identity/api-keys -H "Authorization: Bearer $TOKEN" \\`,
+    `       -H 'content-type: application/json' -d '${body}'`,
+    `  curl -s ${address}/v3/playbook/catalogs -H "x-api-key: <the key from that answer>"`,
+  ];
+}

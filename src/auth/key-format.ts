@@ -1,0 +1,92 @@
+import { randomInt } from 'node:crypto';
+import { crc32 } from 'node:zlib';
+
+/**
+ * The API key string of D8: `svc_sk_<environment>_<keyId>_<secret>`.
+ *
+ * - `keyId`: 16 random base62 characters; public, the storage lookup key.
+ * - `secret`: 33 random base62 characters (33 × log2 62 ≈ 196 bits) followed by a 6-character base62
+ *   CRC32 of everything before it. The checksum lets the service refuse a mistyped or truncated key
+ *   without touching storage, and lets a secret scanner tell a real key from a look-alike.
+ */
+
+export const ENVIRONMENTS = ['test', 'live'] as const;
+export type Environment = (typeof ENVIRONMENTS)[number];
+
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+const KEY_ID_LENGTH = 16;
+const SECRET_RANDOM_LENGTH = 33;
+const CHECKSUM_LENGTH = 6;
+
+/** Key ids as D8 bounds them; what the service mints is 16 characters long. */
+export const KEY_ID_PATTERN = '^[A-Za-z0-9]{12,32}$';
+
+/**
+ * One anchored pattern for the whole string. The secret is at least 32 characters (D8), its last six
+ * the checksum; the bounds keep the match linear and the input short.
+ */
+const KEY_PATTERN = /^svc_sk_(test|live)_([A-Za-z0-9]{12,32})_([A-Za-z0-9]{26,122})([A-Za-z0-9]{6})$/;
+const MAX_KEY_LENGTH = 8 + 5 + 32 + 1 + 128;
+
+/** The parts of a well-formed key whose checksum holds. */
+export interface ParsedApiKey {
+  readonly environment: Environment;
+  readonly keyId: string;
+  /** The whole secret part, checksum included: what is hashed and compared. */
+  readonly secret: string;
+}
+
+/** `crypto.randomInt` draws by rejection sampling, so every character is uniform (no modulo bias). */
+function randomBase62(length: number): string {
+  let text = '';
+  for (let i = 0; i < length; i++) text += BASE62[randomInt(BASE62.length)];
+  return text;
+}
+
+function base62(value: number, width: number): string {
+  let text = '';
+  let rest = value;
+  do {
+    text = BASE62[rest % 62] + text;
+    rest = Math.floor(rest / 62);
+  } while (rest > 0);
+  return text.padStart(width, '0');
+}
+
+/** 62^6 > 2^32, so every CRC32 fits in six characters. */
+function checksum(body: string): string {
+  return base62(crc32(body), CHECKSUM_LENGTH);
+}
+
+/** The key string of given parts, its checksum appended. */
+export function composeApiKey(environment: Environment, keyId: string, random: string): string {
+  const body = `svc_sk_${environment}_${keyId}_${random}`;
+  return body + checksum(body);
+}
+
+/** Mints a fresh key for `environment`; the caller stores a digest of `secret` and shows `key` once. */
+export function generateApiKey(environment: Environment): { key: string } & ParsedApiKey {
+  const keyId = randomBase62(KEY_ID_LENGTH);
+  const key = composeApiKey(environment, keyId, randomBase62(SECRET_RANDOM_LENGTH));
+  const secret = key.slice(key.lastIndexOf('_') + 1);
+  return { key, environment, keyId, secret };
+}
+
+/**
+ * Reads a presented key, or returns null when it is malformed or its checksum fails. Pure: no
+ * storage, no secret-dependent timing worth protecting (the checksum is not secret).
+ */
+export function parseApiKey(text: string): ParsedApiKey | null {
+  if (text.length > MAX_KEY_LENGTH) return null;
+  const match = KEY_PATTERN.exec(text);
+  if (!match) return null;
+  const [, environment, keyId, random, sum] = match as unknown as [
+    string,
+    Environment,
+    string,
+    string,
+    string,
+  ];
+  if (checksum(text.slice(0, text.length - CHECKSUM_LENGTH)) !== sum) return null;
+  return { environment, keyId, secret: random + sum };
+}

@@ -1,0 +1,66 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { Db } from '../db/tables.js';
+import { recordLastUsed } from './api-key-repository.js';
+
+/** Keys per statement: well under SQLite's and PostgreSQL's bound-parameter limits (3 per key). */
+const BATCH_SIZE = 500;
+
+/**
+ * `lastUsedAt` without a write per request (D8): uses are collected in memory (the latest time per
+ * key) and written in batched statements every `intervalMs`, and once more on `close()`. A crash
+ * loses at most one interval of usage times, which is what a "last used" hint can afford.
+ */
+export class UsageRecorder {
+  private uses = new Map<string, string>();
+  private readonly timer: NodeJS.Timeout;
+  private flushing: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly db: Db,
+    private readonly logger: FastifyBaseLogger,
+    intervalMs = 5000,
+  ) {
+    this.timer = setInterval(() => void this.flush(), intervalMs);
+    // A pending flush must not keep a finished command (or a test) alive.
+    this.timer.unref();
+  }
+
+  /** Notes a use; cheap enough for every request. */
+  record(keyId: string, at: string): void {
+    const previous = this.uses.get(keyId);
+    if (previous === undefined || previous < at) this.uses.set(keyId, at);
+  }
+
+  /** The latest use of a key not yet written, if any. */
+  pending(keyId: string): string | undefined {
+    return this.uses.get(keyId);
+  }
+
+  /** Writes what was collected. Flushes never overlap; a failed batch is retried on the next one. */
+  flush(): Promise<void> {
+    this.flushing = this.flushing.then(() => this.write());
+    return this.flushing;
+  }
+
+  private async write(): Promise<void> {
+    if (this.uses.size === 0) return;
+    const batch = this.uses;
+    this.uses = new Map();
+    const entries = [...batch];
+    for (let start = 0; start < entries.length; start += BATCH_SIZE) {
+      const chunk = new Map(entries.slice(start, start + BATCH_SIZE));
+      try {
+        await recordLastUsed(this.db, chunk);
+      } catch (error) {
+        for (const [keyId, at] of chunk) this.record(keyId, at);
+        this.logger.warn({ err: error, keys: chunk.size }, 'could not record API key usage; will retry');
+      }
+    }
+  }
+
+  /** Stops the timer and writes what is left. */
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await this.flush();
+  }
+}

@@ -1,0 +1,75 @@
+import { type Static, Type } from '@sinclair/typebox';
+import { ENVIRONMENTS, KEY_ID_PATTERN } from '../auth/key-format.js';
+import { Scope } from '../auth/principal.js';
+import { ACCOUNT_ID_PATTERN } from '../catalog/accounts.js';
+import { DateTime, StringEnum } from './common.js';
+
+/** The identity area (D8): API keys, created and managed with a user access token. */
+
+export const ApiKeyId = Type.String({
+  pattern: KEY_ID_PATTERN,
+  description: 'key id: the public part of the key string, between its environment and its secret',
+});
+export const AccountId = Type.String({
+  minLength: 1,
+  maxLength: 128,
+  pattern: ACCOUNT_ID_PATTERN.source,
+  description: 'account id',
+});
+export const ApiKeyName = Type.String({
+  minLength: 1,
+  maxLength: 100,
+  pattern: '\\S',
+  description: 'label of the key: 1-100 characters, not blank',
+});
+export const KeyEnvironment = StringEnum(ENVIRONMENTS, {
+  description: 'the environment the key works in: test keys on test deployments, live keys on live ones',
+});
+export const ApiKeyScopes = Type.Array(Scope, {
+  minItems: 1,
+  uniqueItems: true,
+  description: 'granted scopes, distinct; playbook:write does not imply playbook:read',
+});
+
+export const CreateApiKeyBody = Type.Object(
+  {
+    name: ApiKeyName,
+    accountId: AccountId,
+    scopes: ApiKeyScopes,
+    expiresAt: Type.Optional({ ...DateTime, description: 'when the key stops working; in the future' }),
+  },
+  { additionalProperties: false },
+);
+export type CreateApiKeyBody = Static<typeof CreateApiKeyBody>;
+
+const keyFields = {
+  id: ApiKeyId,
+  name: ApiKeyName,
+  accountId: AccountId,
+  scopes: ApiKeyScopes,
+  environment: KeyEnvironment,
+  createdAt: DateTime,
+  expiresAt: Type.Optional(DateTime),
+};
+
+/** An API key as listed: never its secret. */
+export const ApiKey = Type.Object({
+  ...keyFields,
+  lastUsedAt: Type.Optional({ ...DateTime, description: 'last successful use, recorded within seconds' }),
+  revokedAt: Type.Optional(DateTime),
+});
+export type ApiKey = Static<typeof ApiKey>;
+
+/** The answer of key creation: the only time the key string is ever shown. */
+export const CreatedApiKey = Type.Object({
+  ...keyFields,
+  key: Type.String({
+    description: 'the whole key string, to send as x-api-key; shown once and never again',
+  }),
+});
+export type CreatedApiKey = Static<typeof CreatedApiKey>;
+
+export const ApiKeyList = Type.Object({ data: Type.Array(ApiKey) });
+
+export const ListApiKeysQuery = Type.Object({ accountId: AccountId }, { additionalProperties: false });
+export const ApiKeyParams = Type.Object({ keyId: ApiKeyId });

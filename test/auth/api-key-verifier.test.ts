@@ -1,0 +1,186 @@
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { ApiKeyLookup } from '../../src/auth/api-key-verifier.js';
+import { composeApiKey, generateApiKey, parseApiKey } from '../../src/auth/key-format.js';
+import { type SecretHasher, sha256Hasher } from '../../src/auth/secret-digest.js';
+import { AuthenticationError } from '../../src/errors.js';
+import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
+
+/** Counts every digest and every storage read the verifier makes. */
+class Meter {
+  digests = 0;
+  lookups = 0;
+  readonly hasher: SecretHasher = {
+    digest: (secret) => {
+      this.digests++;
+      return sha256Hasher.digest(secret);
+    },
+  };
+  readonly wrap = (lookup: ApiKeyLookup): ApiKeyLookup => ({
+    find: (keyId) => {
+      this.lookups++;
+      return lookup.find(keyId);
+    },
+  });
+  reset(): void {
+    this.digests = 0;
+    this.lookups = 0;
+  }
+}
+
+async function refusal(promise: Promise<unknown>): Promise<string> {
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(AuthenticationError);
+  return (error as Error).message;
+}
+
+describe('API key verification', () => {
+  let backend: TestBackend;
+  let identity: TestIdentity;
+  const meter = new Meter();
+  let clock = Date.parse('2031-05-01T12:00:00.000Z');
+
+  beforeAll(async () => {
+    backend = await createTestBackend();
+  });
+  beforeEach(() => {
+    identity = createTestIdentity(backend, {
+      options: {
+        hasher: meter.hasher,
+        keyLookup: meter.wrap,
+        now: () => clock,
+        usageFlushIntervalMs: 60_000,
+      },
+    });
+  });
+  afterEach(async () => {
+    await identity.close();
+  });
+  afterAll(async () => {
+    await backend.cleanup();
+  });
+
+  it('refuses a malformed key or a bad checksum without hashing or reading storage', async () => {
+    const { key } = await identity.mintKey({ accountId: 'acme' });
+    meter.reset();
+    const typo = key.slice(0, -1) + (key.at(-1) === 'x' ? 'y' : 'x');
+    expect(await refusal(identity.verifier.verify(typo))).toBe('the API key is malformed');
+    expect(await refusal(identity.verifier.verify('not-a-key'))).toBe('the API key is malformed');
+    expect(await refusal(identity.verifier.verify(`${key}0`))).toBe('the API key is malformed');
+    expect(meter).toMatchObject({ digests: 0, lookups: 0 });
+  });
+
+  it('refuses a key of the other environment without reading storage', async () => {
+    const live = generateApiKey('live');
+    meter.reset();
+    expect(await refusal(identity.verifier.verify(live.key))).toMatch(/accepts only test API keys/);
+    expect(meter).toMatchObject({ digests: 0, lookups: 0 });
+  });
+
+  it('spends the same hashing on an unknown key id as on a wrong secret', async () => {
+    const { key } = await identity.mintKey({ accountId: 'acme' });
+    const keyId = parseApiKey(key)!.keyId;
+    const random = () => generateApiKey('test').secret.slice(0, 33);
+    // Both well formed, checksums valid: one names no stored key, one a stored key with another secret.
+    const unknownId = composeApiKey('test', 'Unknown0KeyId000', random());
+    const wrongSecret = composeApiKey('test', keyId, random());
+
+    meter.reset();
+    expect(await refusal(identity.verifier.verify(unknownId))).toBe('the API key is not valid');
+    const unknownCost = meter.digests;
+    meter.reset();
+    expect(await refusal(identity.verifier.verify(wrongSecret))).toBe('the API key is not valid');
+    const wrongSecretCost = meter.digests;
+
+    expect(unknownCost).toBe(1);
+    expect(wrongSecretCost).toBe(unknownCost);
+  });
+
+  it('reads storage once for a busy key, and again only after the revalidation interval', async () => {
+    const { key } = await identity.mintKey({ accountId: 'acme' });
+    meter.reset();
+    await Promise.all([identity.verifier.verify(key), identity.verifier.verify(key)]);
+    for (let i = 0; i < 20; i++) await identity.verifier.verify(key);
+    expect(meter.lookups).toBe(1);
+    clock += 999;
+    await identity.verifier.verify(key);
+    expect(meter.lookups).toBe(1);
+    clock += 1;
+    await identity.verifier.verify(key);
+    expect(meter.lookups).toBe(2);
+    // Each use still hashes and compares the presented secret.
+    expect(meter.digests).toBe(24);
+  });
+
+  it('refuses at once a key revoked through this process', async () => {
+    const { key, id } = await identity.mintKey({ accountId: 'acme' });
+    await identity.verifier.verify(key);
+    expect(await identity.keys.revoke(id)).toBe('revoked');
+    expect(await refusal(identity.verifier.verify(key))).toBe('the API key has been revoked');
+  });
+
+  it('refuses within one second a key revoked by another process', async () => {
+    const { key, id } = await identity.mintKey({ accountId: 'acme' });
+    await identity.verifier.verify(key);
+    // Another process: its own service and bus over the same storage, no way to reach this cache.
+    const other = createTestIdentity(backend, { options: { now: () => clock } });
+    expect(await other.keys.revoke(id)).toBe('revoked');
+    await other.close();
+    clock += 500;
+    await identity.verifier.verify(key);
+    clock += 500;
+    expect(await refusal(identity.verifier.verify(key))).toBe('the API key has been revoked');
+  });
+
+  it('refuses a key from the moment of its expiresAt, even while cached', async () => {
+    const expiresAt = new Date(clock + 60_000).toISOString();
+    const { key } = await identity.mintKey({ accountId: 'acme', expiresAt });
+    await identity.verifier.verify(key);
+    clock += 59_999;
+    meter.reset();
+    await identity.verifier.verify(key);
+    clock += 1;
+    expect(await refusal(identity.verifier.verify(key))).toBe('the API key has expired');
+  });
+
+  it('records lastUsedAt in memory and writes it in one batch on flush, not per request', async () => {
+    const a = await identity.mintKey({ accountId: 'acme' });
+    const b = await identity.mintKey({ accountId: 'acme' });
+    const usedAt = new Date(clock).toISOString();
+    for (let i = 0; i < 5; i++) await identity.verifier.verify(a.key);
+    await identity.verifier.verify(b.key);
+    const stored = () =>
+      backend.databases.primary
+        .selectFrom('api_keys')
+        .select(['id', 'last_used_at'])
+        .where('id', 'in', [a.id, b.id])
+        .execute();
+    expect((await stored()).map((row) => row.last_used_at)).toEqual([null, null]);
+    // The list already shows the pending time.
+    const listed = await identity.keys.list('acme');
+    expect(listed.find((k) => k.id === a.id)?.lastUsedAt).toBe(usedAt);
+
+    await identity.usage.flush();
+    expect((await stored()).map((row) => row.last_used_at)).toEqual([usedAt, usedAt]);
+
+    // A later flush never moves the time backwards.
+    identity.usage.record(a.id, '2000-01-01T00:00:00.000Z');
+    await identity.usage.flush();
+    expect((await stored()).find((row) => row.id === a.id)?.last_used_at).toBe(usedAt);
+  });
+
+  it('writes pending usage on close', async () => {
+    const { key, id } = await identity.mintKey({ accountId: 'acme' });
+    await identity.verifier.verify(key);
+    await identity.close();
+    const row = await backend.databases.primary
+      .selectFrom('api_keys')
+      .select('last_used_at')
+      .where('id', '=', id)
+      .executeTakeFirstOrThrow();
+    expect(row.last_used_at).toBe(new Date(clock).toISOString());
+  });
+});

@@ -1,0 +1,124 @@
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import pino from 'pino';
+import { buildApp } from '../../src/app.js';
+import { createIdentity, type Identity, type IdentityOptions } from '../../src/auth/identity.js';
+import type { Scope } from '../../src/auth/principal.js';
+import { setAccount } from '../../src/catalog/accounts.js';
+import { PlaybookService } from '../../src/catalog/playbook-service.js';
+import { type Config, loadConfig } from '../../src/config.js';
+import type { TestBackend } from './backend.js';
+
+/**
+ * Real credentials for tests: API keys minted and stored exactly as the service does, and access
+ * tokens signed by the embedded dev signer in the backend's work directory.
+ *
+ * @example
+ * const identity = createTestIdentity(backend);
+ * const app = await buildTestApp(backend, identity.authenticator); // or buildIdentityApp(backend, identity)
+ * const { headers } = await identity.mintKey({ accountId: 'acme', plan: 'pro' });
+ * await app.inject({ url: '/v3/playbook/catalogs', headers });
+ */
+export interface TestIdentity extends Identity {
+  readonly config: Config;
+  /** Stores a key for the account (created, or its plan set, when `plan` is given). */
+  mintKey(options: MintKeyOptions): Promise<MintedKey>;
+  /** Signs a token for `user` (default `test-user`) acting for `accounts`; sets their plan when given. */
+  mintToken(options?: MintTokenOptions): Promise<string>;
+  /** `Authorization: Bearer …` headers for a fresh token. */
+  tokenHeaders(options?: MintTokenOptions): Promise<Record<string, string>>;
+}
+
+export interface MintKeyOptions {
+  readonly accountId: string;
+  readonly scopes?: Scope[];
+  readonly plan?: string;
+  readonly name?: string;
+  readonly expiresAt?: string;
+}
+
+export interface MintedKey {
+  readonly id: string;
+  readonly key: string;
+  readonly headers: { 'x-api-key': string };
+}
+
+export interface MintTokenOptions {
+  readonly user?: string;
+  readonly accounts?: string[];
+  readonly plan?: string;
+  readonly ttlSeconds?: number;
+  /** Seconds since the epoch. */
+  readonly issuedAt?: number;
+}
+
+export interface TestIdentitySetup {
+  /** Configuration variables on top of the test defaults (data directory, generous rate limits). */
+  readonly env?: Record<string, string>;
+  readonly options?: IdentityOptions;
+  readonly logger?: FastifyBaseLogger;
+}
+
+export function testConfig(backend: TestBackend, env: Record<string, string> = {}): Config {
+  return loadConfig({
+    ...backend.env,
+    PLAYBOOK_RATE_LIMIT_MAX: '100000',
+    PLAYBOOK_AUTH_FAILURE_MAX: '100000',
+    ...env,
+  });
+}
+
+export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetup = {}): TestIdentity {
+  const config = testConfig(backend, setup.env);
+  const db = backend.databases.primary;
+  const identity = createIdentity(config, db, setup.logger ?? pino({ level: 'silent' }), setup.options);
+  const mintToken = async (options: MintTokenOptions = {}) => {
+    if (!identity.signer) throw new Error('mintToken needs the embedded signer (no PLAYBOOK_JWKS_URL)');
+    const accounts = options.accounts ?? [];
+    if (options.plan !== undefined) {
+      for (const accountId of accounts) await setAccount(db, accountId, { plan: options.plan });
+    }
+    return identity.signer.mint({
+      subject: options.user ?? 'test-user',
+      accounts,
+      ttlSeconds: options.ttlSeconds ?? 3600,
+      // Signed on the identity's own clock, so that a test that moves it gets tokens valid at its time.
+      issuedAt: options.issuedAt ?? Math.floor((setup.options?.now ?? Date.now)() / 1000),
+    });
+  };
+  return {
+    ...identity,
+    config,
+    mintKey: async (options) => {
+      if (options.plan !== undefined) await setAccount(db, options.accountId, { plan: options.plan });
+      const created = await identity.keys.createFor(
+        { subject: 'test-user', accounts: [options.accountId] },
+        {
+          name: options.name ?? 'test key',
+          accountId: options.accountId,
+          scopes: options.scopes ?? ['playbook:read'],
+          ...(options.expiresAt === undefined ? {} : { expiresAt: options.expiresAt }),
+        },
+      );
+      return { id: created.id, key: created.key, headers: { 'x-api-key': created.key } };
+    },
+    mintToken,
+    tokenHeaders: async (options) => ({ authorization: `Bearer ${await mintToken(options)}` }),
+  };
+}
+
+/** The whole service over a test backend: reads, key management and rate limits. */
+export async function buildIdentityApp(
+  backend: TestBackend,
+  identity: Identity,
+  logger?: FastifyBaseLogger,
+): Promise<FastifyInstance> {
+  const app = await buildApp({
+    playbook: new PlaybookService(backend.databases.reader, backend.content),
+    authenticator: identity.authenticator,
+    readiness: [],
+    plugins: [identity.routes],
+    ...(logger ? { logger } : {}),
+  });
+  await app.ready();
+  return app;
+}

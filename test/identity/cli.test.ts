@@ -1,0 +1,131 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { decodeJwt } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEV_KEY_FILE } from '../../src/auth/dev-signer.js';
+import { main } from '../../src/cli/program.js';
+import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
+
+class Capture extends Writable {
+  text = '';
+  override _write(chunk: Buffer, _encoding: string, done: () => void): void {
+    this.text += chunk.toString('utf8');
+    done();
+  }
+}
+
+describe('playbook token and playbook keys (D14)', () => {
+  let backend: TestBackend;
+  let identity: TestIdentity;
+
+  beforeAll(async () => {
+    backend = await createTestBackend();
+    identity = createTestIdentity(backend);
+  });
+  afterAll(async () => {
+    await identity.close();
+    await backend.cleanup();
+  });
+
+  async function run(args: string[], env: Record<string, string> = {}) {
+    const stdout = new Capture();
+    const stderr = new Capture();
+    const code = await main(['node', 'playbook', ...args], { ...backend.env, ...env }, { stdout, stderr });
+    return { code, stdout: stdout.text, stderr: stderr.text };
+  }
+
+  describe('playbook token', () => {
+    it('prints only a token the service accepts, signed with a key made in the data directory', async () => {
+      const result = await run(['token', '--user', 'ada', '--account', 'acme', '--account', 'globex']);
+      expect(result).toMatchObject({ code: 0, stderr: '' });
+      expect(result.stdout).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+\n$/);
+      const verified = await identity.tokens.verify(result.stdout.trim());
+      expect(verified).toEqual({ subject: 'ada', accounts: ['acme', 'globex'] });
+      const stat = await fs.stat(path.join(backend.workDir, DEV_KEY_FILE));
+      expect(stat.mode & 0o777).toBe(0o600);
+    });
+
+    it('takes --ttl in seconds (default one hour)', async () => {
+      const short = decodeJwt(
+        (await run(['token', '--user', 'ada', '--account', 'acme', '--ttl', '90'])).stdout,
+      );
+      expect(short.exp! - short.iat!).toBe(90);
+      const usual = decodeJwt((await run(['token', '--user', 'ada', '--account', 'acme'])).stdout);
+      expect(usual.exp! - usual.iat!).toBe(3600);
+    });
+
+    it.each([
+      ['no --user', ['token', '--account', 'acme']],
+      ['no --account', ['token', '--user', 'ada']],
+      ['a bad account id', ['token', '--user', 'ada', '--account', 'not an id']],
+      ['a ttl of zero', ['token', '--user', 'ada', '--account', 'acme', '--ttl', '0']],
+      ['a ttl that is not a number', ['token', '--user', 'ada', '--account', 'acme', '--ttl', '1h']],
+    ])('exits 2 on bad usage: %s', async (_label, args) => {
+      const result = await run(args);
+      expect(result.code).toBe(2);
+      expect(result.stdout).toBe('');
+    });
+
+    it('refuses with one line when a JWKS URL is configured', async () => {
+      const result = await run(['token', '--user', 'ada', '--account', 'acme'], {
+        PLAYBOOK_JWKS_URL: 'https://id.example/.well-known/jwks.json',
+      });
+      expect(result.code).toBe(1);
+      expect(result.stdout).toBe('');
+      expect(result.stderr.trim().split('\n')).toHaveLength(1);
+      expect(result.stderr).toMatch(/PLAYBOOK_JWKS_URL/);
+    });
+  });
+
+  describe('playbook keys', () => {
+    it("lists an account's keys, one per line, without secrets", async () => {
+      const first = await identity.mintKey({ accountId: 'listed', name: 'deploy\tbot' });
+      const second = await identity.mintKey({
+        accountId: 'listed',
+        scopes: ['playbook:read', 'playbook:write'],
+      });
+      await identity.keys.revoke(second.id);
+      const result = await run(['keys', 'list', '--account', 'listed']);
+      expect(result.code).toBe(0);
+      const lines = result.stdout.trim().split('\n');
+      expect(lines[0]).toBe('id\tstatus\tenvironment\tscopes\tcreated\texpires\tlast used\tname');
+      const rows = Object.fromEntries(lines.slice(1).map((line) => [line.split('\t')[0], line.split('\t')]));
+      expect(rows[first.id]?.slice(1, 4)).toEqual(['active', 'test', 'playbook:read']);
+      expect(rows[first.id]?.[7]).toBe('deploy bot');
+      expect(rows[second.id]?.slice(1, 4)).toEqual(['revoked', 'test', 'playbook:read,playbook:write']);
+      expect(result.stdout).not.toContain(first.key);
+      expect(result.stdout).not.toContain(first.key.split('_')[4]);
+    });
+
+    it('revokes a key; a running service refuses it within a second', async () => {
+      let clock = Date.now();
+      const server = createTestIdentity(backend, { options: { now: () => clock } });
+      const { key, id } = await identity.mintKey({ accountId: 'acme' });
+      await server.verifier.verify(key);
+
+      const result = await run(['keys', 'revoke', id]);
+      expect(result).toEqual({ code: 0, stdout: `key ${id} revoked\n`, stderr: '' });
+      clock += 1000;
+      await expect(server.verifier.verify(key)).rejects.toThrow('the API key has been revoked');
+      await server.close();
+
+      expect(await run(['keys', 'revoke', id])).toEqual({
+        code: 0,
+        stdout: `key ${id} was already revoked\n`,
+        stderr: '',
+      });
+    });
+
+    it('exits 1 for an unknown key and 2 for bad usage', async () => {
+      const unknown = await run(['keys', 'revoke', 'NoSuchKey0000000']);
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toBe('playbook: no API key NoSuchKey0000000\n');
+      expect((await run(['keys', 'revoke', 'not-a-key'])).code).toBe(2);
+      expect((await run(['keys', 'revoke'])).code).toBe(2);
+      expect((await run(['keys', 'list'])).code).toBe(2);
+      expect((await run(['keys', 'list', '--account', 'bad id'])).code).toBe(2);
+    });
+  });
+});
