@@ -56,6 +56,12 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     genReqId: requestIdOf,
     bodyLimit: 64 * 1024,
     return503OnClosing: true,
+    // Path values up to this length reach schema validation, which names the bad one (D4); the
+    // router's default of 100 would turn a 121-character slug into a bare 414.
+    routerOptions: { maxParamLength: 2048 },
+    // Errors the router raises before any hook (a bad URL, a path value past the limit above) are
+    // answered by the same problem handler as every other error (D2).
+    frameworkErrors: handleError,
     ajv: {
       customOptions: {
         // Unknown parameters and fields are errors to report, not properties to drop silently (D3).
@@ -76,7 +82,10 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
-  app.addHook('onRequest', authHook(deps.authenticator));
+  // Rate limits (D10) are installed before any route and counted inside the auth hook, after the
+  // credential is known, so that every answer carries their headers.
+  const limiter = await deps.authenticator.rateLimits?.install(app);
+  app.addHook('onRequest', authHook(deps.authenticator, limiter));
   app.addHook('preValidation', normalizeQuery);
   app.addHook('onSend', conditionalGet);
 

@@ -3,7 +3,12 @@ import type { Principal } from '../auth/principal.js';
 import type { Database, Db } from '../db/tables.js';
 import type { SourceScope } from '../schemas/common.js';
 import type { ResourceKind } from '../schemas/playbook.js';
-import { catalogVisibleTo, resourceVisibleTo, versionVisibleTo } from './visibility.js';
+import {
+  catalogVisibleTo,
+  currentVersionVisible,
+  resourceVisibleTo,
+  versionVisibleTo,
+} from './visibility.js';
 
 /**
  * The queries behind the read operations: one per page plus one count, never one per item. Each
@@ -62,7 +67,11 @@ function withCatalogVersion<O>(query: SelectQueryBuilder<Database, 'catalogs', O
     ]);
 }
 
-/** Service-owned Catalogs first, then the account's, each by slug (D3). */
+/**
+ * Service-owned Catalogs first, then the account's, each by slug (D3). Slugs compare byte by byte on
+ * every dialect: SQLite does so by default, and on PostgreSQL migration 0003 gives every text column
+ * the "C" collation.
+ */
 export async function listCatalogs(
   db: Db,
   principal: Principal,
@@ -134,7 +143,9 @@ export async function listResources(
   window: PageWindow,
 ) {
   return visibleResourcesOf(db, principal, catalogId, kinds)
-    .leftJoin('resource_versions as v', 'v.id', 'resources.current_version_id')
+    .leftJoin('resource_versions as v', (join) =>
+      join.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisible),
+    )
     .selectAll('resources')
     .select(['catalogs.account_id as catalog_account_id', 'catalogs.slug as catalog_slug'])
     .select(versionSummaryColumns)
@@ -145,12 +156,17 @@ export async function listResources(
 }
 export type ResourceListRow = Awaited<ReturnType<typeof listResources>>[number];
 
-/** One visible Resource with its current version in full (content excepted). */
+/**
+ * One visible Resource with its current version in full (content excepted); none when it has no
+ * visible current version, since a detail always carries one.
+ */
 export async function findResource(db: Db, principal: Principal, resourceId: string) {
   return db
     .selectFrom('resources')
     .innerJoin('catalogs', 'catalogs.id', 'resources.catalog_id')
-    .innerJoin('resource_versions as v', 'v.id', 'resources.current_version_id')
+    .innerJoin('resource_versions as v', (join) =>
+      join.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisible),
+    )
     .selectAll('resources')
     .select(['catalogs.account_id as catalog_account_id', 'catalogs.slug as catalog_slug'])
     .select(versionSummaryColumns)

@@ -1,6 +1,6 @@
 import type { Expression, ExpressionBuilder, SqlBool } from 'kysely';
 import type { Principal } from '../auth/principal.js';
-import type { Database } from '../db/tables.js';
+import type { Database, ResourceVersionTable } from '../db/tables.js';
 import type { Facets } from '../schemas/common.js';
 
 /**
@@ -39,6 +39,18 @@ export function versionVisibleTo(principal: Principal) {
       resourceVisibleTo(principal)(eb),
       eb.or([eb('catalogs.account_id', 'is not', null), eb('resource_versions.status', '!=', 'draft')]),
     ]);
+}
+
+/** A query that joins a Resource's current version under the alias `v`. */
+export type WithCurrentVersion = Database & { v: ResourceVersionTable };
+
+/**
+ * The version rule above for the current version joined beside its Resource: a service-owned draft
+ * version is never shown, not even as `currentVersion`; the Resource then has no current version
+ * to show.
+ */
+export function currentVersionVisible(eb: ExpressionBuilder<WithCurrentVersion, 'catalogs' | 'v'>) {
+  return eb.or([eb('catalogs.account_id', 'is not', null), eb('v.status', '!=', 'draft')]);
 }
 
 /**

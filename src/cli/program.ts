@@ -59,7 +59,12 @@ export function buildProgram(context: CliContext): Command {
   const program = new Command('playbook')
     .description('Playbook: Catalogs of Resources with versioned content, behind scoped API keys')
     .showHelpAfterError()
-    .exitOverride();
+    .exitOverride()
+    // Before any subcommand exists: commander copies these settings into each one as it is created.
+    .configureOutput({
+      writeOut: (text) => context.stdout.write(text),
+      writeErr: (text) => context.stderr.write(text),
+    });
   for (const register of [
     registerServeCommand,
     registerMigrateCommand,
@@ -86,11 +91,6 @@ export async function main(
 ): Promise<number> {
   const context = createContext(env, streams);
   const program = buildProgram(context);
-  program.configureOutput({
-    writeOut: (text) => streams.stdout.write(text),
-    writeErr: (text) => streams.stderr.write(text),
-  });
-  for (const command of program.commands) command.exitOverride();
   try {
     await program.parseAsync(argv);
     return 0;

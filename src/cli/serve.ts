@@ -25,9 +25,11 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       });
       await importDemoContentIfEmpty(services, logger);
 
-      let closing: Promise<void> | undefined;
+      let stopping = false;
       const shutdown = (signal: string) => {
-        closing ??= (async () => {
+        if (stopping) return;
+        stopping = true;
+        void (async () => {
           logger.info({ signal }, 'draining in-flight requests');
           const timer = setTimeout(() => {
             logger.error('drain timed out; exiting');

@@ -14,11 +14,28 @@ export function etagMatches(ifNoneMatch: string | undefined, etag: string): bool
 }
 
 /**
+ * A 304 says only which validator matched: no body, no Content-Type, and no Content-Length, which
+ * would have to be the full answer's (RFC 9110 §8.6, §15.4.5). A null payload makes Fastify send
+ * none.
+ */
+function notModified(reply: FastifyReply): null {
+  reply.removeHeader('content-type');
+  reply.removeHeader('content-length');
+  return null;
+}
+
+/**
  * onSend: every successful read carries an ETag (from its body unless the route set one) and a
  * Cache-Control; a matching `If-None-Match` turns it into a 304 with no body.
  */
 export async function conditionalGet(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
-  if ((request.method !== 'GET' && request.method !== 'HEAD') || reply.statusCode !== 200) return payload;
+  if (request.method !== 'GET' && request.method !== 'HEAD') return payload;
+  // A route that answered 304 itself (from metadata alone) still sends it bare.
+  if (reply.statusCode === 304) return notModified(reply);
+  if (reply.statusCode !== 200) return payload;
+  // Answers that must never be reused (health and readiness) are never revalidated either: a probe
+  // that sent If-None-Match would otherwise read a 304 instead of the state it asked for.
+  if (reply.getHeader('cache-control') === 'no-store') return payload;
   if (!reply.hasHeader('cache-control')) reply.header('cache-control', REVALIDATE);
   let etag = reply.getHeader('etag') as string | undefined;
   if (etag === undefined) {
@@ -28,9 +45,7 @@ export async function conditionalGet(request: FastifyRequest, reply: FastifyRepl
   }
   if (etagMatches(request.headers['if-none-match'], etag)) {
     reply.code(304);
-    reply.removeHeader('content-type');
-    reply.removeHeader('content-length');
-    return '';
+    return notModified(reply);
   }
   return payload;
 }

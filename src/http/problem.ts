@@ -59,7 +59,10 @@ interface AjvError {
 /** Turns one schema-validation error into a problem that names its field. */
 function toInputProblem(location: InputLocation, error: AjvError): InputProblem {
   const segments = error.instancePath.split('/').filter(Boolean);
-  const base = segments.join('.');
+  // A query parameter is named as the caller sent it (`kind`), not by the path of one element of
+  // the array it was parsed into (`kind.1`); the element goes into the message instead.
+  const element = location === 'query' && segments.length > 1 ? `element ${Number(segments[1]) + 1} ` : '';
+  const base = element ? segments[0]! : segments.join('.');
   const join = (child: string) => (base ? `${base}.${child}` : child);
   switch (error.keyword) {
     case 'required':
@@ -71,31 +74,31 @@ function toInputProblem(location: InputLocation, error: AjvError): InputProblem 
     }
     case 'enum': {
       const allowed = (error.params.allowedValues as unknown[] | undefined)?.join(', ');
-      return { in: location, name: base || '(root)', message: `must be one of: ${allowed}` };
+      return { in: location, name: base || '(root)', message: `${element}must be one of: ${allowed}` };
     }
     default:
-      return { in: location, name: base || '(root)', message: error.message ?? 'is invalid' };
+      return { in: location, name: base || '(root)', message: `${element}${error.message ?? 'is invalid'}` };
   }
 }
+
+/** Errors the router raises before any route runs: a path it cannot decode, or a value past its limit. */
+const ROUTER_ERRORS = new Set(['FST_ERR_BAD_URL', 'FST_ERR_MAX_PARAM_LENGTH']);
 
 /** Errors that mean a backend is out of reach rather than that the request is wrong. */
 function isUnavailable(error: unknown): boolean {
   if (error instanceof UnavailableError) return true;
-  const code = (error as { code?: unknown }).code;
+  const code = String((error as { code?: unknown }).code);
   const message = String((error as { message?: unknown }).message ?? '');
   return (
-    [
-      'ECONNREFUSED',
-      'ECONNRESET',
-      'ETIMEDOUT',
-      'ENOTFOUND',
-      'EPIPE',
-      '57P01',
-      '57P03',
-      '08006',
-      '08001',
-    ].includes(String(code)) ||
-    /Connection terminated|timeout exceeded when trying to connect|connect ECONNREFUSED|Client has encountered a connection error/i.test(
+    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EPIPE', 'EHOSTUNREACH', 'EAI_AGAIN'].includes(
+      code,
+    ) ||
+    // PostgreSQL SQLSTATEs: connection exceptions (08), insufficient resources (53, e.g. too many
+    // connections), operator intervention (57P, shutdown and restart), and 57014, a statement
+    // cancelled by statement_timeout because the server did not finish in time.
+    /^(08[0-9A-Z]{3}|53[0-9A-Z]{3}|57P[0-9A-Z]{2}|57014)$/.test(code) ||
+    // Client-side bounds of `pg` (pool checkout, connect, query read) carry no code.
+    /Connection terminated|timeout exceeded when trying to connect|Query read timeout|connect ECONNREFUSED|Client has encountered a connection error/i.test(
       message,
     )
   );
@@ -133,6 +136,15 @@ function classify(error: FastifyError | Error): {
       detail: 'A backend of the service is unavailable; retry with backoff.',
     };
   }
+  if (fastifyError.code !== undefined && ROUTER_ERRORS.has(fastifyError.code)) {
+    // The router's message quotes the whole path; the problem says what is wrong without echoing it.
+    return {
+      status: 400,
+      code: 'invalid_request',
+      detail: 'The request path is invalid.',
+      errors: [{ in: 'path', name: '(path)', message: 'is not a valid path for this service' }],
+    };
+  }
   const status = fastifyError.statusCode;
   if (status !== undefined && status >= 400 && status < 500) {
     // Fastify's own request errors (unparsable JSON, wrong content type, body too large…): the
@@ -153,6 +165,10 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   else request.log.info({ code, status }, 'request refused');
   if (error instanceof RateLimitError) reply.header('retry-after', String(error.retryAfterSeconds));
   if (status === 401) reply.header('www-authenticate', 'Bearer, ApiKey header="x-api-key"');
+  // Errors raised before the onRequest hooks (router errors) have not had their request id set yet.
+  reply.header('x-request-id', request.id);
+  // A validator set for a success that did not happen must not travel with the error (D11).
+  reply.removeHeader('etag');
   return reply
     .code(status)
     .header('cache-control', 'no-store')

@@ -22,8 +22,14 @@ export async function normalizeQuery(request: FastifyRequest): Promise<void> {
       query[name] = (Array.isArray(value) ? value : [value]).flatMap((v) => v.split(','));
     } else if (Array.isArray(value)) {
       problems.push({ in: 'query', name, message: 'must be given at most once' });
-    } else if (property.type === 'integer' && !DECIMAL.test(value)) {
-      problems.push({ in: 'query', name, message: 'must be a decimal integer' });
+    } else if (property.type === 'integer') {
+      if (!DECIMAL.test(value)) {
+        problems.push({ in: 'query', name, message: 'must be a decimal integer' });
+      } else if (typeof property.maximum === 'number' && Number(value) > property.maximum) {
+        // Checked here because Ajv's coercion turns a digit string beyond double range into
+        // Infinity and then lets it through its own `maximum`.
+        problems.push({ in: 'query', name, message: `must be <= ${property.maximum}` });
+      }
     }
   }
   if (problems.length > 0) throw new InputError(problems);

@@ -10,6 +10,7 @@ import {
   ListCatalogsQuery,
   ListResourcesQuery,
   ListVersionsQuery,
+  NoQuery,
   ResourceDetail,
   ResourceListItem,
   ResourceParams,
@@ -75,6 +76,7 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
           tags: ['playbook'],
           security,
           params: ResourceParams,
+          querystring: NoQuery,
           response: { 200: Type.Ref(ResourceDetail), ...itemErrors },
         },
       },
@@ -109,6 +111,7 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
           tags: ['playbook'],
           security,
           params: VersionParams,
+          querystring: NoQuery,
           response: {
             200: Type.Ref(ResourceVersionDetail),
             304: Type.Null({ description: 'Not modified: the If-None-Match validator matches' }),

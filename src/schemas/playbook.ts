@@ -171,6 +171,9 @@ export const ListResourcesQuery = Type.Object(
 );
 export type ListResourcesQuery = Static<typeof ListResourcesQuery>;
 
+/** The detail operations take no query parameters; any sent is named in a 400 (D3). */
+export const NoQuery = Type.Object({}, { additionalProperties: false });
+
 export const ListVersionsQuery = Type.Object({ ...PageQuery }, { additionalProperties: false });
 export type ListVersionsQuery = Static<typeof ListVersionsQuery>;
 

@@ -1,10 +1,15 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { v7 as uuidv7 } from 'uuid';
 import { DatabaseContentStore } from '../../src/content/database-store.js';
+import { DirectoryContentStore } from '../../src/content/directory-store.js';
 import { canonicalJson, sha256Hex, utf8Size } from '../../src/content/hash.js';
+import { S3ContentStore } from '../../src/content/s3-store.js';
 import type { Db } from '../../src/db/tables.js';
 import type { Facets, LifecycleStatus, Manifest } from '../../src/schemas/common.js';
 import type { ResourceKind, ResourcePin, StorageBackend, VersionStatus } from '../../src/schemas/playbook.js';
-import type { TestBackend } from './backend.js';
+import { s3AdminClient, type TestBackend } from './backend.js';
 
 /**
  * Rows written straight into storage, for HTTP tests that need exact states (drafts, superseded
@@ -31,7 +36,6 @@ export interface CatalogFixture {
   status?: LifecycleStatus;
   description?: string;
   facets?: Facets;
-  version?: string;
 }
 
 export async function givenCatalog(db: Db, fixture: CatalogFixture) {
@@ -69,17 +73,43 @@ export interface ResourceFixture {
   description?: string;
   facets?: Facets;
   manifest?: Manifest;
-  versions?: {
-    version: string;
-    content: string;
-    status?: VersionStatus;
-    mediaType?: string;
-    storage?: StorageBackend;
-  }[];
+  versions?: VersionFixture[];
+  /** Whether `current_version_id` points at the last version (true) or is left unset (false). */
+  withCurrent?: boolean;
+}
+
+export interface VersionFixture {
+  version: string;
+  content: string;
+  status?: VersionStatus;
+  mediaType?: string;
+  storage?: StorageBackend;
+  manifest?: Manifest;
+}
+
+export interface GivenVersion {
+  id: string;
+  version: string;
+  content: string;
+  contentHash: string;
+  storage: StorageBackend;
+}
+
+export interface GivenResource {
+  id: string;
+  slug: string;
+  versionIds: string[];
+  currentVersionId: string;
+  /** Oldest first, as given; the last is the current one. */
+  versions: GivenVersion[];
 }
 
 /** A Resource with its versions; the last version listed becomes the current one. */
-export async function givenResource(backend: TestBackend, catalog: { id: string }, fixture: ResourceFixture) {
+export async function givenResource(
+  backend: TestBackend,
+  catalog: { id: string },
+  fixture: ResourceFixture,
+): Promise<GivenResource> {
   const db = backend.databases.primary;
   const id = uuidv7();
   const now = tick();
@@ -102,7 +132,7 @@ export async function givenResource(backend: TestBackend, catalog: { id: string 
     })
     .execute();
   const versions = fixture.versions ?? [{ version: '1.0.0', content: `# ${fixture.slug}\n` }];
-  const versionIds: string[] = [];
+  const given: GivenVersion[] = [];
   for (const [index, spec] of versions.entries()) {
     const versionId = uuidv7();
     const hash = sha256Hex(spec.content);
@@ -123,39 +153,45 @@ export async function givenResource(backend: TestBackend, catalog: { id: string 
         media_type: spec.mediaType ?? 'text/markdown',
         storage_backend: storage,
         status,
-        manifest: JSON.stringify(fixture.manifest ?? {}),
+        manifest: JSON.stringify(spec.manifest ?? fixture.manifest ?? {}),
         published_at: status === 'draft' ? null : at,
         superseded_at: status === 'superseded' ? at : null,
         archived_at: status === 'archived' ? at : null,
         created_at: at,
       })
       .execute();
-    versionIds.push(versionId);
+    given.push({ id: versionId, version: spec.version, content: spec.content, contentHash: hash, storage });
   }
+  const versionIds = given.map((v) => v.id);
   const currentVersionId = versionIds.at(-1)!;
-  await db
-    .updateTable('resources')
-    .set({ current_version_id: currentVersionId })
-    .where('id', '=', id)
-    .execute();
-  return { id, slug: fixture.slug, versionIds, currentVersionId };
+  if (fixture.withCurrent !== false) {
+    await db
+      .updateTable('resources')
+      .set({ current_version_id: currentVersionId })
+      .where('id', '=', id)
+      .execute();
+  }
+  return { id, slug: fixture.slug, versionIds, currentVersionId, versions: given };
 }
 
-/** Publishes a catalog version pinning the given resources. */
+/** Publishes a catalog version pinning the current version of each given resource. */
 export async function givenCatalogVersion(
   db: Db,
   catalog: { id: string; slug: string; accountId: string | null },
   version: string,
-  pins: Omit<ResourcePin, 'resourceHumanRef'>[] & { slug?: string }[],
-) {
+  resources: readonly GivenResource[],
+): Promise<string> {
   const owner = catalog.accountId === null ? 'svc' : 'org';
-  const resourcePins = pins.map((pin) => ({
-    resourceId: pin.resourceId,
-    resourceHumanRef: `${owner}/${catalog.slug}/${(pin as { slug?: string }).slug ?? 'x'}`,
-    resourceVersionId: pin.resourceVersionId,
-    version: pin.version,
-    contentHash: pin.contentHash,
-  }));
+  const resourcePins: ResourcePin[] = resources.map((resource) => {
+    const current = resource.versions.at(-1)!;
+    return {
+      resourceId: resource.id,
+      resourceHumanRef: `${owner}/${catalog.slug}/${resource.slug}`,
+      resourceVersionId: current.id,
+      version: current.version,
+      contentHash: current.contentHash,
+    };
+  });
   const id = uuidv7();
   const at = tick();
   await db
@@ -173,4 +209,84 @@ export async function givenCatalogVersion(
     .execute();
   await db.updateTable('catalogs').set({ current_version_id: id }).where('id', '=', catalog.id).execute();
   return id;
+}
+
+/** Empties every table, children first, so that one backend can serve many generated states. */
+export async function clearStorage(db: Db): Promise<void> {
+  await db.updateTable('catalogs').set({ current_version_id: null }).execute();
+  await db.updateTable('resources').set({ current_version_id: null }).execute();
+  for (const table of [
+    'resource_versions',
+    'resources',
+    'catalog_versions',
+    'catalog_facet_values',
+    'catalogs',
+    'accounts',
+    'content_blobs',
+  ] as const) {
+    await db.deleteFrom(table).execute();
+  }
+}
+
+/** Where the backend's object store keeps the content of `hash`: a file path, or a bucket and key. */
+function objectLocation(backend: TestBackend, hash: string) {
+  const configured = backend.env.PLAYBOOK_CONTENT_STORE!;
+  if (backend.objectStore instanceof S3ContentStore) {
+    return { kind: 's3', bucket: new URL(configured).host, key: backend.objectStore.keyOf(hash) } as const;
+  }
+  if (backend.objectStore instanceof DirectoryContentStore) {
+    return { kind: 'file', file: path.join(configured, hash.slice(0, 2), hash) } as const;
+  }
+  throw new Error('unknown object store');
+}
+
+/**
+ * Replaces the bytes the object store holds for `hash` behind the store's back (null removes them),
+ * as a damaged disk or a hand-edited bucket would (D12).
+ */
+export async function tamperObject(backend: TestBackend, hash: string, body: string | null): Promise<void> {
+  const location = objectLocation(backend, hash);
+  if (location.kind === 'file') {
+    if (body === null) await fs.rm(location.file);
+    else await fs.writeFile(location.file, body);
+    return;
+  }
+  const env = backend.env;
+  const client = s3AdminClient({
+    endpoint: env.PLAYBOOK_S3_ENDPOINT!,
+    region: env.AWS_REGION!,
+    accessKeyId: env.AWS_ACCESS_KEY_ID!,
+    secretAccessKey: env.AWS_SECRET_ACCESS_KEY!,
+  });
+  try {
+    const target = { Bucket: location.bucket, Key: location.key };
+    await client.send(
+      body === null ? new DeleteObjectCommand(target) : new PutObjectCommand({ ...target, Body: body }),
+    );
+  } finally {
+    client.destroy();
+  }
+}
+
+/** Replaces the `database-text` content of `hash` in its table (D12). */
+export async function tamperDatabaseText(backend: TestBackend, hash: string, body: string): Promise<void> {
+  await backend.databases.primary
+    .updateTable('content_blobs')
+    .set({ body })
+    .where('content_hash', '=', hash)
+    .execute();
+}
+
+/**
+ * Every string that would reveal where the backend keeps things: directories, database and store
+ * addresses, and the object keys of the given hashes. None may appear in an answer.
+ */
+export function storageLocations(backend: TestBackend, hashes: readonly string[]): string[] {
+  const locations = [backend.workDir, ...Object.values(backend.env).filter((v) => /[/:]/.test(v))];
+  for (const hash of hashes) {
+    const location = objectLocation(backend, hash);
+    locations.push(...(location.kind === 'file' ? [location.file] : [location.bucket, location.key]));
+    locations.push(`${hash.slice(0, 2)}/${hash}`);
+  }
+  return locations;
 }
