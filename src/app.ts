@@ -6,7 +6,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { type Authenticator, authHook } from './auth/authenticator.js';
 import type { PlaybookService } from './catalog/playbook-service.js';
-import { NotFoundError } from './errors.js';
+import { NotFoundError, UnavailableError } from './errors.js';
 import { conditionalGet } from './http/caching.js';
 import { handleError } from './http/problem.js';
 import { normalizeQuery } from './http/query.js';
@@ -23,6 +23,8 @@ export interface AppDependencies {
   readonly logger?: FastifyServerOptions['logger'] | FastifyBaseLogger;
   /** Extra route plugins composed by the caller (the identity area). */
   readonly plugins?: readonly ((app: FastifyInstance) => Promise<void>)[];
+  /** Which proxies' `X-Forwarded-For` to believe for the client address (`PLAYBOOK_TRUST_PROXY`). */
+  readonly trustProxy?: boolean | number | string[];
 }
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -41,6 +43,11 @@ export const REDACTED_PATHS = [
   'headers["x-api-key"]',
 ];
 
+/** A hop count trusts that many proxies nearest the service; addresses and booleans pass as they are. */
+function trustProxyOption(setting: boolean | number | string[]): FastifyServerOptions['trustProxy'] {
+  return typeof setting === 'number' ? (_address: string, hop: number) => hop < setting : setting;
+}
+
 /**
  * Builds the HTTP application from explicit dependencies. Starts nothing: `server.ts` and the tests
  * compose the dependencies and decide whether to listen.
@@ -55,7 +62,10 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
       : { logger: loggerOption as FastifyServerOptions['logger'] }),
     genReqId: requestIdOf,
     bodyLimit: 64 * 1024,
-    return503OnClosing: true,
+    // Requests that arrive while the server drains are refused by the hook below with a problem
+    // document, rather than Fastify's bare 503.
+    return503OnClosing: false,
+    trustProxy: trustProxyOption(deps.trustProxy ?? false),
     // Path values up to this length reach schema validation, which names the bad one (D4); the
     // router's default of 100 would turn a 121-character slug into a bare 414.
     routerOptions: { maxParamLength: 2048 },
@@ -79,8 +89,19 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     throw new NotFoundError(`no operation at ${request.method} ${request.url.split('?')[0]}`);
   });
 
+  let draining = false;
+  app.addHook('preClose', async () => {
+    draining = true;
+  });
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
+    if (draining) throw new UnavailableError('the service is shutting down; retry with backoff');
+  });
+  // While draining, every answer closes its connection: an idle keep-alive socket would otherwise
+  // hold the server open until its timeout.
+  app.addHook('onSend', async (_request, reply, payload) => {
+    if (draining) reply.header('connection', 'close');
+    return payload;
   });
   // Rate limits (D10) are installed before any route and counted inside the auth hook, after the
   // credential is known, so that every answer carries their headers.

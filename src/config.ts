@@ -31,6 +31,11 @@ const EnvSchema = Type.Object({
   PLAYBOOK_RATE_LIMIT_MAX: Type.Integer({ minimum: 1, maximum: 1_000_000_000, default: 1200 }),
   PLAYBOOK_RATE_LIMIT_WINDOW_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 60000 }),
   PLAYBOOK_AUTH_FAILURE_MAX: Type.Integer({ minimum: 1, maximum: 1_000_000_000, default: 100 }),
+  PLAYBOOK_TRUST_PROXY: Type.String({
+    pattern: '^(false|true|[0-9]{1,2}|[0-9a-fA-F.:/]+(,[0-9a-fA-F.:/]+)*)$',
+    default: 'false',
+    description: 'false, true, a hop count, or comma-separated proxy addresses/CIDRs',
+  }),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' },
@@ -63,6 +68,8 @@ export interface Config {
   };
   readonly rateLimit: { readonly max: number; readonly windowMs: number; readonly authFailureMax: number };
   readonly logLevel: string;
+  /** Proxies whose `X-Forwarded-For` names the client: none, all, a hop count, or addresses. */
+  readonly trustProxy: boolean | number | string[];
 }
 
 /** A configuration value that stops the process; the message names the variable. */
@@ -73,7 +80,8 @@ export class ConfigError extends Error {
 function readVariable(name: string, schema: TSchema, raw: string | undefined): unknown {
   const text = raw === undefined || raw.trim() === '' ? undefined : raw.trim();
   if (text === undefined) return Value.Default(schema, undefined);
-  const value = Value.Convert(schema, text);
+  // Conversion alone would truncate "80.5" to 80: integers must be written as plain digits.
+  const value = schema.type === 'integer' && !/^-?[0-9]+$/.test(text) ? text : Value.Convert(schema, text);
   if (!Value.Check(schema, value)) {
     const expected = schema.description ?? describe(schema);
     throw new ConfigError(`${name}=${JSON.stringify(text)} is not valid: expected ${expected}`);
@@ -159,8 +167,16 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
       authFailureMax: env.PLAYBOOK_AUTH_FAILURE_MAX,
     },
     logLevel: env.LOG_LEVEL,
+    trustProxy: parseTrustProxy(env.PLAYBOOK_TRUST_PROXY),
   };
   return deepFreeze(config);
+}
+
+function parseTrustProxy(value: string): boolean | number | string[] {
+  if (value === 'false') return false;
+  if (value === 'true') return true;
+  if (/^[0-9]+$/.test(value)) return Number(value);
+  return value.split(',');
 }
 
 function deepFreeze<T>(value: T): T {

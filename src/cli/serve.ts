@@ -21,6 +21,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         authenticator: services.authenticator,
         readiness: services.readiness,
         plugins: services.plugins,
+        trustProxy: config.trustProxy,
         logger,
       });
       await importDemoContentIfEmpty(services, logger);

@@ -1,0 +1,135 @@
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../src/config.js';
+
+describe('configuration (D13)', () => {
+  it('has the documented defaults', () => {
+    const config = loadConfig({});
+    expect(config.port).toBe(8080);
+    expect(config.host).toBe('127.0.0.1');
+    expect(config.dataDir).toBe(path.resolve('./data'));
+    expect(config.database).toEqual({ kind: 'sqlite', path: path.resolve('./data/playbook.sqlite') });
+    expect(config.contentStore).toEqual({ kind: 'directory', path: path.resolve('./data/content') });
+    expect(config.environment).toBe('test');
+    expect(config.redisUrl).toBeUndefined();
+    expect(config.jwt).toEqual({ accountsClaim: 'accounts', clockToleranceS: 0 });
+    expect(config.rateLimit).toEqual({ max: 1200, windowMs: 60000, authFailureMax: 100 });
+    expect(config.logLevel).toBe('info');
+    expect(config.trustProxy).toBe(false);
+  });
+
+  it('reads every variable it documents', () => {
+    const config = loadConfig({
+      PORT: '9090',
+      HOST: '0.0.0.0',
+      PLAYBOOK_DATA_DIR: '/srv/playbook',
+      PLAYBOOK_DATABASE_URL: 'postgres://app@db/playbook',
+      PLAYBOOK_DATABASE_READ_URL: 'postgres://app@replica/playbook',
+      PLAYBOOK_CONTENT_STORE: 's3://content-bucket/playbook/v3/',
+      PLAYBOOK_S3_ENDPOINT: 'http://127.0.0.1:9000',
+      PLAYBOOK_ENVIRONMENT: 'live',
+      PLAYBOOK_REDIS_URL: 'redis://cache:6379',
+      PLAYBOOK_JWKS_URL: 'https://id.example/.well-known/jwks.json',
+      PLAYBOOK_JWT_ISSUER: 'https://id.example/',
+      PLAYBOOK_JWT_AUDIENCE: 'playbook',
+      PLAYBOOK_JWT_ACCOUNTS_CLAIM: 'orgs',
+      PLAYBOOK_JWT_CLOCK_TOLERANCE_S: '5',
+      PLAYBOOK_RATE_LIMIT_MAX: '50',
+      PLAYBOOK_RATE_LIMIT_WINDOW_MS: '1000',
+      PLAYBOOK_AUTH_FAILURE_MAX: '3',
+      PLAYBOOK_TRUST_PROXY: '10.0.0.0/8,127.0.0.1',
+      LOG_LEVEL: 'warn',
+    });
+    expect(config.port).toBe(9090);
+    expect(config.host).toBe('0.0.0.0');
+    expect(config.database).toEqual({
+      kind: 'postgres',
+      url: 'postgres://app@db/playbook',
+      readUrl: 'postgres://app@replica/playbook',
+    });
+    expect(config.contentStore).toEqual({
+      kind: 's3',
+      bucket: 'content-bucket',
+      prefix: 'playbook/v3',
+      endpoint: 'http://127.0.0.1:9000',
+    });
+    expect(config.environment).toBe('live');
+    expect(config.redisUrl).toBe('redis://cache:6379');
+    expect(config.jwt).toEqual({
+      jwksUrl: 'https://id.example/.well-known/jwks.json',
+      issuer: 'https://id.example/',
+      audience: 'playbook',
+      accountsClaim: 'orgs',
+      clockToleranceS: 5,
+    });
+    expect(config.rateLimit).toEqual({ max: 50, windowMs: 1000, authFailureMax: 3 });
+    expect(config.trustProxy).toEqual(['10.0.0.0/8', '127.0.0.1']);
+    expect(config.logLevel).toBe('warn');
+  });
+
+  it.each([
+    ['true', true],
+    ['false', false],
+    ['2', 2],
+  ])('PLAYBOOK_TRUST_PROXY=%s', (value, expected) => {
+    expect(loadConfig({ PLAYBOOK_TRUST_PROXY: value }).trustProxy).toEqual(expected);
+  });
+
+  it('takes sqlite: URLs and a content directory', () => {
+    expect(loadConfig({ PLAYBOOK_DATABASE_URL: 'sqlite:./x/db.sqlite' }).database).toEqual({
+      kind: 'sqlite',
+      path: path.resolve('./x/db.sqlite'),
+    });
+    expect(loadConfig({ PLAYBOOK_DATABASE_URL: 'sqlite::memory:' }).database).toEqual({
+      kind: 'sqlite',
+      path: ':memory:',
+    });
+    expect(loadConfig({ PLAYBOOK_CONTENT_STORE: '/var/lib/playbook' }).contentStore).toEqual({
+      kind: 'directory',
+      path: '/var/lib/playbook',
+    });
+    expect(loadConfig({ PLAYBOOK_CONTENT_STORE: 'file:///var/lib/playbook' }).contentStore).toEqual({
+      kind: 'directory',
+      path: '/var/lib/playbook',
+    });
+  });
+
+  it.each([
+    ['PORT', 'abc'],
+    ['PORT', '70000'],
+    ['PORT', '80.5'],
+    ['PLAYBOOK_DATABASE_URL', 'mysql://db/playbook'],
+    ['PLAYBOOK_DATABASE_URL', 'sqlite:'],
+    ['PLAYBOOK_DATABASE_READ_URL', 'sqlite:./replica'],
+    ['PLAYBOOK_CONTENT_STORE', 's3://'],
+    ['PLAYBOOK_CONTENT_STORE', 's3://Upper_Case'],
+    ['PLAYBOOK_CONTENT_STORE', 'ftp://host/dir'],
+    ['PLAYBOOK_S3_ENDPOINT', 'minio:9000'],
+    ['PLAYBOOK_ENVIRONMENT', 'production'],
+    ['PLAYBOOK_REDIS_URL', 'cache:6379'],
+    ['PLAYBOOK_JWKS_URL', 'not a url'],
+    ['PLAYBOOK_JWT_CLOCK_TOLERANCE_S', '-1'],
+    ['PLAYBOOK_RATE_LIMIT_MAX', '0'],
+    ['PLAYBOOK_RATE_LIMIT_WINDOW_MS', '10'],
+    ['PLAYBOOK_AUTH_FAILURE_MAX', 'many'],
+    ['PLAYBOOK_TRUST_PROXY', 'maybe'],
+    ['LOG_LEVEL', 'verbose'],
+  ])('stops on %s=%s with a message that names the variable', (name, value) => {
+    expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
+    expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^${name}=`));
+  });
+
+  it('treats an empty variable as unset', () => {
+    expect(loadConfig({ PORT: '', LOG_LEVEL: '  ' }).port).toBe(8080);
+  });
+
+  it('is frozen, all the way down', () => {
+    const config = loadConfig({});
+    expect(Object.isFrozen(config)).toBe(true);
+    expect(Object.isFrozen(config.database)).toBe(true);
+    expect(Object.isFrozen(config.rateLimit)).toBe(true);
+    expect(() => {
+      (config as { port: number }).port = 1;
+    }).toThrow(TypeError);
+  });
+});
