@@ -1,48 +1,73 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
-import { DEFAULT_PLAN, type Principal, type Scope } from '../../src/auth/principal.js';
+import type { Scope } from '../../src/auth/principal.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
-import { AuthenticationError } from '../../src/errors.js';
 import type { TestBackend } from './backend.js';
+import { createTestIdentity, type TestIdentity } from './credentials.js';
+
+export interface PrincipalOptions {
+  /** The caller's account; null for a caller that acts for no account (service content only). */
+  readonly accountId?: string | null;
+  /** The account's plan, stored on the account (D6). */
+  readonly plan?: string;
+  readonly scopes?: Scope[];
+}
 
 /**
- * Principals by credential, for tests of the read side that are not about authentication: a test
- * registers a principal and sends its token as `x-api-key`.
+ * Callers for tests of the read side that are not about authentication. Each `register` mints a real
+ * credential through the identity service of the backend the registry is bound to: an API key of the
+ * account with the scopes asked for, or, for a caller with no account, an access token that names
+ * none (D9). The headers it returns are what a client would send.
  */
-export class PrincipalRegistry implements Authenticator {
-  private readonly principals = new Map<string, Principal>();
-  private next = 0;
+export class PrincipalRegistry {
+  private identity: TestIdentity | undefined;
 
-  register(
-    options: { accountId?: string | null; plan?: string; scopes?: Scope[] } = {},
-  ): Record<string, string> {
-    const token = `test-credential-${++this.next}`;
-    this.principals.set(token, {
-      accountId: options.accountId ?? null,
-      plan: options.plan ?? DEFAULT_PLAN,
-      scopes: new Set(options.scopes ?? ['playbook:read']),
-      credential: { kind: 'api-key', keyId: token },
-    });
-    return { 'x-api-key': token };
+  /** Binds the registry to a backend; `buildTestApp` does this. */
+  bind(backend: TestBackend): TestIdentity {
+    this.identity = createTestIdentity(backend);
+    return this.identity;
   }
 
-  async authenticate(request: { headers: Record<string, unknown> }): Promise<Principal> {
-    const principal = this.principals.get(String(request.headers['x-api-key']));
-    if (!principal) throw new AuthenticationError('missing or unknown credential');
-    return principal;
+  /** The authenticator of the bound identity, for tests that compose the app themselves. */
+  get authenticator(): Authenticator {
+    if (!this.identity) throw new Error('bind the registry to a backend first');
+    return this.identity.authenticator;
+  }
+
+  async register(options: PrincipalOptions = {}): Promise<Record<string, string>> {
+    const identity = this.identity;
+    if (!identity) throw new Error('build the app with buildTestApp(backend, registry) before registering callers');
+    const scopes = options.scopes ?? ['playbook:read'];
+    if (options.accountId === null || options.accountId === undefined) {
+      // Only an access token can act for no account, and a token reads with playbook:read (D7).
+      if (scopes.length !== 1 || scopes[0] !== 'playbook:read' || (options.plan ?? 'free') !== 'free') {
+        throw new Error('a caller with no account reads with playbook:read on the free plan; give it an account');
+      }
+      return identity.tokenHeaders({ accounts: [] });
+    }
+    const minted = await identity.mintKey({
+      accountId: options.accountId,
+      scopes,
+      ...(options.plan === undefined ? {} : { plan: options.plan }),
+    });
+    return minted.headers;
   }
 }
 
+/** The service over a test backend, authenticating with real credentials (or the given authenticator). */
 export async function buildTestApp(
   backend: TestBackend,
-  authenticator: Authenticator,
+  callers: PrincipalRegistry | Authenticator,
 ): Promise<FastifyInstance> {
+  const identity = callers instanceof PrincipalRegistry ? callers.bind(backend) : undefined;
   const app = await buildApp({
     playbook: new PlaybookService(backend.databases.reader, backend.content),
-    authenticator,
+    authenticator: identity ? identity.authenticator : (callers as Authenticator),
     readiness: [{ name: 'contentStore', check: () => backend.objectStore.check() }],
+    plugins: identity ? [identity.routes] : [],
   });
+  app.addHook('onClose', async () => identity?.close());
   await app.ready();
   return app;
 }

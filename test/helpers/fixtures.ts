@@ -25,7 +25,12 @@ export function tick(): string {
 
 export async function givenAccount(db: Db, id: string, plan = 'free'): Promise<string> {
   const now = tick();
-  await db.insertInto('accounts').values({ id, name: id, plan, created_at: now, updated_at: now }).execute();
+  // An upsert: the account may already exist because a caller's API key was minted for it.
+  await db
+    .insertInto('accounts')
+    .values({ id, name: id, plan, created_at: now, updated_at: now })
+    .onConflict((oc) => oc.column('id').doUpdateSet({ plan, updated_at: now }))
+    .execute();
   return id;
 }
 
@@ -221,11 +226,15 @@ export async function clearStorage(db: Db): Promise<void> {
     'catalog_versions',
     'catalog_facet_values',
     'catalogs',
-    'accounts',
     'content_blobs',
   ] as const) {
     await db.deleteFrom(table).execute();
   }
+  // Accounts that hold the callers' API keys stay, with their keys.
+  await db
+    .deleteFrom('accounts')
+    .where('id', 'not in', (eb) => eb.selectFrom('api_keys').select('account_id'))
+    .execute();
 }
 
 /** Where the backend's object store keeps the content of `hash`: a file path, or a bucket and key. */

@@ -161,7 +161,7 @@ describe('errors and operations', () => {
       };
       const probe = await buildApp({
         playbook: new PlaybookService(backend.databases.reader, backend.content),
-        authenticator: principals,
+        authenticator: principals.authenticator,
         readiness: [
           { name: 'database', check: failing },
           { name: 'cache', optional: true, check: failing },
@@ -185,7 +185,7 @@ describe('errors and operations', () => {
 
       const degraded = await buildApp({
         playbook: new PlaybookService(backend.databases.reader, backend.content),
-        authenticator: principals,
+        authenticator: principals.authenticator,
         readiness: [{ name: 'cache', optional: true, check: failing }],
       });
       try {
@@ -301,7 +301,12 @@ describe('errors and operations', () => {
 
     it('D17: nothing in the document names storage internals', () => {
       const text = JSON.stringify(document);
-      expect(text).not.toMatch(/storageKey|storage_key|objectKey|accountId|account_id|content_blobs/);
+      expect(text).not.toMatch(/storageKey|storage_key|objectKey|account_id|content_blobs/);
+      // Account ids belong to key management; the read side never shows who owns an account's data.
+      const paths = document.paths as Record<string, unknown>;
+      const reads = Object.keys(paths).filter((p) => p.startsWith('/v3/playbook'));
+      expect(reads.length).toBeGreaterThan(0);
+      expect(JSON.stringify(reads.map((p) => paths[p]))).not.toContain('accountId');
       expect(text).not.toContain(backend.workDir);
     });
 
@@ -352,7 +357,7 @@ describe('errors and operations', () => {
       });
       const logged = await buildApp({
         playbook: new PlaybookService(backend.databases.reader, backend.content),
-        authenticator: principals,
+        authenticator: principals.authenticator,
         readiness: [],
         logger: { level: 'debug', stream },
       });

@@ -103,8 +103,8 @@ describe('the demo catalogs', () => {
     const principals = new PrincipalRegistry();
     const app = await buildTestApp(backend, principals);
     try {
-      const free = principals.register();
-      const pro = principals.register({ accountId: 'acme', plan: 'pro' });
+      const free = await principals.register();
+      const pro = await principals.register({ accountId: 'acme', plan: 'pro' });
       const catalogs = await app.inject({ url: '/v3/playbook/catalogs', headers: free });
       expect(catalogs.statusCode).toBe(200);
       expect(catalogs.json().meta.total).toBe(4);
