@@ -1,14 +1,16 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import type { Authenticator } from './auth/authenticator.js';
+import { createIdentity, type Identity, type IdentityOptions } from './auth/identity.js';
+import { connectRedisSharedState } from './auth/redis-shared-state.js';
 import { PlaybookService } from './catalog/playbook-service.js';
 import type { Config } from './config.js';
 import { ContentReader } from './content/content-reader.js';
 import type { ContentStore } from './content/content-store.js';
 import { DatabaseContentStore } from './content/database-store.js';
 import { DirectoryContentStore } from './content/directory-store.js';
+import { S3ContentStore } from './content/s3-store.js';
 import { createDatabases, type Databases } from './db/create-db.js';
-import { AuthenticationError } from './errors.js';
 import type { ReadinessCheck } from './routes/operations.js';
 
 /** The long-lived parts every command shares, built once from the configuration. */
@@ -21,6 +23,8 @@ export interface Services {
   readonly playbook: PlaybookService;
   readonly readiness: ReadinessCheck[];
   readonly authenticator: Authenticator;
+  /** API keys, access tokens and rate limits (D7-D10). */
+  readonly identity: Identity;
   /** Route plugins beyond the playbook reads (the identity area). */
   readonly plugins: ((app: FastifyInstance) => Promise<void>)[];
   /** Lines printed when the server starts: how a newcomer gets a token and a key. */
@@ -28,13 +32,31 @@ export interface Services {
   close(): Promise<void>;
 }
 
-export function createObjectStore(config: Config): ContentStore {
-  if (config.contentStore.kind === 'directory') return new DirectoryContentStore(config.contentStore.path);
-  throw new Error('PLAYBOOK_CONTENT_STORE=s3://… is not supported by this build');
+export function createObjectStore(config: Config): ContentStore & { close?(): void } {
+  const store = config.contentStore;
+  if (store.kind === 'directory') return new DirectoryContentStore(store.path);
+  // Region and credentials come from the SDK's default chain (AWS_* variables, profiles, roles).
+  return new S3ContentStore(
+    store.endpoint === undefined
+      ? { bucket: store.bucket, prefix: store.prefix }
+      : { bucket: store.bucket, prefix: store.prefix, endpoint: store.endpoint },
+  );
 }
 
-/** Composes databases, content stores and services. Opens connections lazily; starts no server. */
-export function createServices(config: Config, logger: FastifyBaseLogger): Services {
+export interface ServicesOptions {
+  /** Identity parts a test replaces (its clock, a storage-read counter); the Redis parts follow the config. */
+  readonly identity?: IdentityOptions;
+}
+
+/**
+ * Composes databases, content stores and services. Opens database connections lazily and Redis's (when
+ * configured) at once, without waiting for them; starts no server.
+ */
+export function createServices(
+  config: Config,
+  logger: FastifyBaseLogger,
+  options: ServicesOptions = {},
+): Services {
   const databases = createDatabases(config.database);
   const objectStore = createObjectStore(config);
   const content = new ContentReader([new DatabaseContentStore(databases.reader), objectStore], {
@@ -46,6 +68,19 @@ export function createServices(config: Config, logger: FastifyBaseLogger): Servi
     { name: 'database', check: async () => void (await sql`select 1`.execute(databases.primary)) },
     { name: 'contentStore', check: () => objectStore.check() },
   ];
+  // Several instances share rate limits and revocations through Redis (D8, D10). Redis is optional:
+  // while it is down the service still serves and says so, hence an optional readiness check.
+  const redis =
+    config.redisUrl === undefined
+      ? undefined
+      : connectRedisSharedState(config.redisUrl, logger, {
+          ...(options.identity?.now ? { now: options.identity.now } : {}),
+        });
+  if (redis) readiness.push({ name: 'redis', optional: true, check: () => redis.check() });
+  const identity = createIdentity(config, databases.primary, logger, {
+    ...options.identity,
+    ...(redis ? { revocations: redis.revocations, rateCounter: redis.rateCounter } : {}),
+  });
   return {
     config,
     databases,
@@ -53,14 +88,16 @@ export function createServices(config: Config, logger: FastifyBaseLogger): Servi
     content,
     playbook,
     readiness,
-    // Placeholder until identity lands: refuses every credential.
-    authenticator: {
-      authenticate: async () => {
-        throw new AuthenticationError('no credential is accepted yet');
-      },
+    authenticator: identity.authenticator,
+    identity,
+    plugins: [identity.routes],
+    gettingStarted: (address) => identity.gettingStarted(address),
+    close: async () => {
+      // Pending lastUsedAt times are written while the database is still open.
+      await identity.close();
+      await redis?.close();
+      objectStore.close?.();
+      await databases.close();
     },
-    plugins: [],
-    gettingStarted: (address) => [`Playbook is serving on ${address}`],
-    close: () => databases.close(),
   };
 }

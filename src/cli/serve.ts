@@ -24,7 +24,10 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         trustProxy: config.trustProxy,
         logger,
       });
-      await importDemoContentIfEmpty(services, logger);
+      // Demo content is for the embedded default only: a production database starts empty.
+      if (config.database.kind === 'sqlite' && config.contentStore.kind === 'directory') {
+        await importDemoContentIfEmpty(services, logger);
+      }
 
       let stopping = false;
       const shutdown = (signal: string) => {

@@ -26,28 +26,56 @@ function openSqlite(file: string): Db {
   return new Kysely<Database>({ dialect: new SqliteDialect({ database: connection }) });
 }
 
-function openPostgres(url: string): Db {
+/**
+ * Bounds on PostgreSQL work, so that an outage turns into a quick error (answered 503), never a hung
+ * request: checking a connection out of the pool or opening one, a statement the server runs, and a
+ * statement whose answer never arrives (a dead peer that closed nothing).
+ */
+export interface PostgresLimits {
+  readonly poolSize: number;
+  readonly connectTimeoutMs: number;
+  readonly statementTimeoutMs: number;
+  /** Client side, above the statement timeout so that the server's own cancellation normally wins. */
+  readonly queryTimeoutMs: number;
+}
+
+export const DEFAULT_POSTGRES_LIMITS: PostgresLimits = {
+  poolSize: 10,
+  connectTimeoutMs: 3000,
+  statementTimeoutMs: 5000,
+  queryTimeoutMs: 7000,
+};
+
+function openPostgres(url: string, role: 'primary' | 'reader', limits: PostgresLimits): Db {
   const pool = new pg.Pool({
     connectionString: url,
-    max: 10,
-    connectionTimeoutMillis: 5000,
+    max: limits.poolSize,
+    connectionTimeoutMillis: limits.connectTimeoutMs,
     idleTimeoutMillis: 30_000,
-    // A statement that outlives this is cancelled by the server, so that no request hangs on it.
-    statement_timeout: 10_000,
+    statement_timeout: limits.statementTimeoutMs,
+    query_timeout: limits.queryTimeoutMs,
+    // A transaction left open by a stalled caller must not hold its locks and connection for long.
+    idle_in_transaction_session_timeout: 60_000,
+    keepAlive: true,
+    // Names the pool in pg_stat_activity, so that operators tell writers from readers.
+    application_name: role === 'primary' ? 'playbook' : 'playbook-reader',
   });
   // An idle client that loses its connection must not crash the process; the pool replaces it.
   pool.on('error', () => {});
   return new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
 }
 
-/** Opens the configured database (D13). */
-export function createDatabases(config: DatabaseConfig): Databases {
+/** Opens the configured database (D13). Connections open lazily, on the first query. */
+export function createDatabases(
+  config: DatabaseConfig,
+  limits: PostgresLimits = DEFAULT_POSTGRES_LIMITS,
+): Databases {
   if (config.kind === 'sqlite') {
     const db = openSqlite(config.path);
     return { primary: db, reader: db, dialect: 'sqlite', close: () => db.destroy() };
   }
-  const primary = openPostgres(config.url);
-  const reader = config.readUrl ? openPostgres(config.readUrl) : primary;
+  const primary = openPostgres(config.url, 'primary', limits);
+  const reader = config.readUrl ? openPostgres(config.readUrl, 'reader', limits) : primary;
   return {
     primary,
     reader,

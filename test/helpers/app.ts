@@ -37,12 +37,15 @@ export class PrincipalRegistry {
 
   async register(options: PrincipalOptions = {}): Promise<Record<string, string>> {
     const identity = this.identity;
-    if (!identity) throw new Error('build the app with buildTestApp(backend, registry) before registering callers');
+    if (!identity)
+      throw new Error('build the app with buildTestApp(backend, registry) before registering callers');
     const scopes = options.scopes ?? ['playbook:read'];
     if (options.accountId === null || options.accountId === undefined) {
       // Only an access token can act for no account, and a token reads with playbook:read (D7).
       if (scopes.length !== 1 || scopes[0] !== 'playbook:read' || (options.plan ?? 'free') !== 'free') {
-        throw new Error('a caller with no account reads with playbook:read on the free plan; give it an account');
+        throw new Error(
+          'a caller with no account reads with playbook:read on the free plan; give it an account',
+        );
       }
       return identity.tokenHeaders({ accounts: [] });
     }

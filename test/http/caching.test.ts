@@ -173,7 +173,11 @@ describe('caching (D11)', () => {
     });
 
     it('D11: a matching ETag does not get past the plan gate', async () => {
-      const pro = await principals.register({ accountId: 'pro-account', plan: 'pro', scopes: ['playbook:read'] });
+      const pro = await principals.register({
+        accountId: 'pro-account',
+        plan: 'pro',
+        scopes: ['playbook:read'],
+      });
       const url = versionUrl(gated, gated.currentVersionId);
       const etag = String((await app.inject({ url, headers: pro })).headers.etag);
       const res = await get(url, { 'if-none-match': etag });

@@ -1,0 +1,136 @@
+import type { FastifyBaseLogger } from 'fastify';
+import { Redis, type RedisOptions } from 'ioredis';
+
+/**
+ * How long one Redis command may take before its caller gives up and uses its fallback. Redis
+ * answers in well under a millisecond when healthy; anything near this bound is an outage, and a
+ * request must not wait longer than this on it.
+ */
+export const REDIS_COMMAND_TIMEOUT_MS = 500;
+
+export interface RedisClientSettings {
+  /** Shown by `CLIENT LIST`, so that an operator can tell the service's connections apart. */
+  readonly connectionName: string;
+  readonly commandTimeoutMs?: number;
+}
+
+/**
+ * Connection options for every Redis connection of the service. Redis is an optional backend: the
+ * service keeps serving without it, so no command may queue behind a dead connection.
+ */
+export function redisClientOptions(settings: RedisClientSettings): RedisOptions {
+  return {
+    connectionName: settings.connectionName,
+    // A command sent while disconnected fails at once instead of waiting for a reconnect.
+    enableOfflineQueue: false,
+    commandTimeout: settings.commandTimeoutMs ?? REDIS_COMMAND_TIMEOUT_MS,
+    maxRetriesPerRequest: 1,
+    // A command that timed out has already been answered from the fallback; running it again after a
+    // reconnect would count one hit twice.
+    autoResendUnfulfilledCommands: false,
+    connectTimeout: 2000,
+    // Reconnect for as long as the process lives, at most a second apart, so that a Redis that is back
+    // is noticed quickly.
+    retryStrategy: (attempt: number) => Math.min(attempt * 100, 1000),
+  };
+}
+
+/** A connection to `url` (`redis://` or `rediss://`), opened at once and reopened after any loss. */
+export function createRedisClient(url: string, settings: RedisClientSettings): Redis {
+  return new Redis(url, redisClientOptions(settings));
+}
+
+/**
+ * Resolves once `redis` is ready, or once its first attempt has failed, or after `timeoutMs`,
+ * whichever comes first; never rejects. Lets a short-lived command (`playbook keys revoke`) use a
+ * connection it has just opened without ever waiting on a Redis that is down.
+ */
+export function firstConnection(redis: Redis, timeoutMs: number): Promise<void> {
+  if (redis.status === 'ready' || redis.status === 'end') return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      redis.off('ready', done);
+      redis.off('error', done);
+      redis.off('close', done);
+      resolve();
+    };
+    const timer = setTimeout(done, timeoutMs);
+    redis.once('ready', done);
+    redis.once('error', done);
+    redis.once('close', done);
+  });
+}
+
+/** Ends a connection: politely when it is up, at once otherwise. Safe to call twice. */
+export async function closeRedis(redis: Redis): Promise<void> {
+  if (redis.status === 'ready') {
+    try {
+      await redis.quit();
+      return;
+    } catch {
+      // QUIT timed out or the connection dropped meanwhile: cut it below.
+    }
+  }
+  redis.disconnect();
+}
+
+export interface RedisHealthDescription {
+  /** What the connection is for, as it appears in the logs (`rate-limits`, `revocations`). */
+  readonly role: string;
+  /** What the service does while Redis is unreachable, for the operator reading the warning. */
+  readonly whileDown: string;
+  /** What Redis gives while it answers. */
+  readonly whileUp: string;
+}
+
+/**
+ * Follows whether one use of Redis works, and says so in the logs once per change: one warning when
+ * Redis becomes unreachable, however many requests meet the outage and however many reconnect
+ * attempts fail, and one line when it is back.
+ */
+export class RedisHealth {
+  private state: 'connecting' | 'up' | 'down' | 'stopped' = 'connecting';
+
+  constructor(
+    private readonly logger: FastifyBaseLogger,
+    private readonly description: RedisHealthDescription,
+  ) {}
+
+  /**
+   * Follows `redis`'s connection events. Also the listener for its `error` events, which ioredis
+   * would otherwise print to the console on every failed reconnect attempt.
+   */
+  watch(redis: Redis, options: { upOnReady?: boolean } = {}): void {
+    if (options.upOnReady ?? true) redis.on('ready', () => this.up());
+    redis.on('error', (error: unknown) => this.down(error));
+    redis.on('close', () => this.down(new Error('connection closed')));
+  }
+
+  get isUp(): boolean {
+    return this.state === 'up';
+  }
+
+  up(): void {
+    if (this.state === 'up' || this.state === 'stopped') return;
+    const { role, whileUp } = this.description;
+    const news = this.state === 'down' ? 'Redis is reachable again' : 'connected to Redis';
+    this.logger.info({ redis: role }, `${news}: ${whileUp}`);
+    this.state = 'up';
+  }
+
+  down(reason: unknown): void {
+    if (this.state === 'down' || this.state === 'stopped') return;
+    this.state = 'down';
+    const { role, whileDown } = this.description;
+    this.logger.warn(
+      { redis: role, reason: reason instanceof Error ? reason.message : String(reason) },
+      `Redis is unreachable: ${whileDown}`,
+    );
+  }
+
+  /** Before an intentional close, whose events are no outage. */
+  stop(): void {
+    this.state = 'stopped';
+  }
+}

@@ -1,0 +1,192 @@
+import { performance } from 'node:perf_hooks';
+import type { LightMyRequestResponse } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { givenAccount } from '../helpers/fixtures.js';
+import { type RedisServer, startRedis } from '../helpers/servers.js';
+import {
+  bearer,
+  type Instance,
+  outageWarnings,
+  recoveryLines,
+  sleep,
+  startInstance,
+  storeKey,
+  waitUntil,
+} from './support.js';
+
+/**
+ * Issue 4: Redis killed under two instances. The service keeps serving: rate limits fall back to each
+ * instance's own counter, `/readyz` stays 200 and shows `redis: unavailable`, a revocation still
+ * reaches the other instance within about a second through its storage re-read, the logs say so once,
+ * and no request waits on the dead Redis. Once Redis is back the instances reconnect by themselves
+ * and count together again.
+ *
+ * The redis-server is this test's own, so that killing it disturbs no other suite.
+ */
+
+const CATALOGS = '/v3/playbook/catalogs';
+const LIMIT = 3;
+/** No answer may take longer than this, whatever Redis is doing. */
+const ANSWER_BOUND_MS = 2000;
+
+describe('a Redis outage under two instances', () => {
+  let backend: TestBackend;
+  let redis: RedisServer;
+  let a: Instance;
+  let b: Instance;
+  const timings: { label: string; ms: number; status: number }[] = [];
+  let nextAddress = 0;
+
+  /** A request from an address of its own, so that only the credential's budget is in play. */
+  async function timed(
+    instance: Instance,
+    url: string,
+    headers: Record<string, string> = {},
+    method: 'GET' | 'DELETE' = 'GET',
+  ): Promise<LightMyRequestResponse> {
+    const started = performance.now();
+    const response = await instance.app.inject({
+      method,
+      url,
+      headers,
+      remoteAddress: `10.30.${Math.floor(nextAddress / 250)}.${(nextAddress++ % 250) + 1}`,
+    });
+    timings.push({
+      label: `${method} ${url} on ${instance.name}`,
+      ms: performance.now() - started,
+      status: response.statusCode,
+    });
+    return response;
+  }
+
+  /** `LIMIT` requests split across both instances pass; the next one on either is refused. */
+  async function expectSharedLimit(key: string) {
+    const headers = { 'x-api-key': key };
+    for (const instance of [a, b, a]) expect((await timed(instance, CATALOGS, headers)).statusCode).toBe(200);
+    expect((await timed(b, CATALOGS, headers)).statusCode).toBe(429);
+    expect((await timed(a, CATALOGS, headers)).statusCode).toBe(429);
+  }
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    backend = await createTestBackend();
+    await givenAccount(backend.databases.primary, 'acme');
+    const env = { PLAYBOOK_RATE_LIMIT_MAX: String(LIMIT), PLAYBOOK_RATE_LIMIT_WINDOW_MS: '60000' };
+    a = await startInstance('A', backend, { redisUrl: redis.url, env });
+    b = await startInstance('B', backend, { redisUrl: redis.url, env });
+    for (const instance of [a, b]) {
+      await waitUntil(`${instance.name}'s Redis connections`, () => instance.redisReady());
+    }
+  }, 60_000);
+
+  afterAll(async () => {
+    await a?.close();
+    await b?.close();
+    await backend?.cleanup();
+    await redis?.destroy();
+  });
+
+  it('keeps serving with per-instance limits, says so once, and shares counts again once Redis is back', async () => {
+    // Up: one budget for both instances.
+    await expectSharedLimit((await storeKey(a, 'acme')).key);
+
+    // Killed, under a trickle of requests on both instances: none fails, none waits.
+    const trickleKey = { 'x-api-key': (await storeKey(a, 'acme')).key };
+    let trickling = true;
+    const trickle = (async () => {
+      for (let i = 0; trickling; i++) {
+        await timed(i % 2 === 0 ? a : b, CATALOGS, trickleKey);
+        await sleep(20);
+      }
+    })();
+    await sleep(100);
+    await redis.stop();
+    for (const instance of [a, b]) {
+      await waitUntil(
+        `${instance.name} noticing the outage`,
+        async () => !(await instance.redisReady()),
+        5000,
+      );
+    }
+    await sleep(300);
+    trickling = false;
+    await trickle;
+
+    // Down: each instance counts on its own, so a key gets the whole budget on each.
+    const { key } = await storeKey(a, 'acme');
+    for (const instance of [a, b]) {
+      for (let i = 0; i < LIMIT; i++) {
+        const response = await timed(instance, CATALOGS, { 'x-api-key': key });
+        expect(response.statusCode, `request ${i + 1} on ${instance.name} during the outage`).toBe(200);
+        expect(response.headers['ratelimit-remaining']).toBe(String(LIMIT - i - 1));
+      }
+      const limited = await timed(instance, CATALOGS, { 'x-api-key': key });
+      expect(limited.statusCode).toBe(429);
+      expect(Number(limited.headers['retry-after'])).toBeGreaterThan(0);
+    }
+
+    // Down: ready all the same, with Redis named as unavailable.
+    for (const instance of [a, b]) {
+      const ready = await timed(instance, '/readyz');
+      expect(ready.statusCode).toBe(200);
+      expect(ready.json()).toEqual({
+        status: 'ready',
+        checks: { database: 'ok', contentStore: 'ok', redis: 'unavailable' },
+      });
+    }
+
+    // Down: a revocation through A answers at once and B refuses the key within about a second, by
+    // re-reading it from storage (the announcement is lost with Redis).
+    const revokedKey = await storeKey(a, 'acme');
+    const authorization = await bearer(a, 'ada', ['acme']);
+    expect((await timed(b, CATALOGS, { 'x-api-key': revokedKey.key })).statusCode).toBe(200);
+    const revoke = await timed(a, `/v3/identity/api-keys/${revokedKey.id}`, { authorization }, 'DELETE');
+    expect(revoke.statusCode).toBe(204);
+    const revokedAt = performance.now();
+    let refusedAfterMs = Number.POSITIVE_INFINITY;
+    while (performance.now() - revokedAt < 3000) {
+      if ((await timed(b, CATALOGS, { 'x-api-key': revokedKey.key })).statusCode === 401) {
+        refusedAfterMs = performance.now() - revokedAt;
+        break;
+      }
+      await sleep(20);
+    }
+    // One second from the revocation, plus a poll, the answer itself and some slack for a busy machine.
+    expect(refusedAfterMs).toBeLessThan(1500);
+
+    // The logs say it once per instance and use of Redis, however many requests met the outage.
+    for (const instance of [a, b]) {
+      expect(outageWarnings(instance.logs, 'rate-limits'), instance.name).toHaveLength(1);
+      expect(outageWarnings(instance.logs, 'revocations'), instance.name).toHaveLength(1);
+      expect(outageWarnings(instance.logs, 'rate-limits')[0]?.msg).toMatch(/counted by each instance/);
+    }
+    expect(
+      a.logs.some((line) => line.msg.startsWith('revocation not announced through Redis')),
+      'A logs the revocation it could not announce',
+    ).toBe(true);
+
+    // Back: a fresh (empty) Redis on the same port; the instances reconnect by themselves.
+    await redis.start();
+    for (const instance of [a, b]) {
+      await waitUntil(`${instance.name} reconnecting`, () => instance.redisReady(), 10_000);
+    }
+    await expectSharedLimit((await storeKey(b, 'acme')).key);
+    for (const instance of [a, b]) {
+      const ready = await timed(instance, '/readyz');
+      expect(ready.json()).toMatchObject({ status: 'ready', checks: { redis: 'ok' } });
+      expect(recoveryLines(instance.logs, 'rate-limits'), instance.name).toHaveLength(1);
+      expect(recoveryLines(instance.logs, 'revocations'), instance.name).toHaveLength(1);
+    }
+
+    const summary = timings.map((t) => `${Math.round(t.ms)}ms ${t.status} ${t.label}`).join('\n');
+    expect(
+      timings.filter((t) => t.ms > ANSWER_BOUND_MS),
+      summary,
+    ).toEqual([]);
+    expect(
+      timings.filter((t) => ![200, 204, 401, 429].includes(t.status)),
+      summary,
+    ).toEqual([]);
+  }, 60_000);
+});

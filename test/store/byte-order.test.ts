@@ -1,0 +1,66 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Principal } from '../../src/auth/principal.js';
+import * as repo from '../../src/catalog/read-repository.js';
+import { DatabaseContentStore } from '../../src/content/database-store.js';
+import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { seedCatalog, seedResource } from './support.js';
+
+/**
+ * D3 orders lists by slug, and the order must be the same on every backend: byte order, as SQLite
+ * compares text. A PostgreSQL database with a locale-aware default would put `a-c` after `ab`; the
+ * production project's cluster has such a default, so this suite fails there if byte order is lost.
+ */
+
+const slugs = ['ab', 'a-c', 'a-b', 'a0', 'b', 'a', 'a--b', 'z9', 'z-1', 'a9', 'a-9'];
+/** JavaScript compares UTF-16 code units: byte order for ASCII. */
+const byteOrder = [...slugs].sort();
+
+const caller: Principal = {
+  accountId: null,
+  plan: 'free',
+  scopes: new Set(['playbook:read']),
+  credential: { kind: 'api-key', keyId: 'byte-order' },
+};
+
+describe('slug order', () => {
+  let backend: TestBackend;
+  let catalogId: string;
+
+  beforeAll(async () => {
+    backend = await createTestBackend();
+    const db = backend.databases.primary;
+    const store = new DatabaseContentStore(db);
+    // Inserted in neither order, so that insertion order cannot pass for either.
+    for (const slug of [...slugs].reverse()) await seedCatalog(db, slug);
+    catalogId = await seedCatalog(db, 'ordered');
+    for (const slug of [...slugs].reverse()) await seedResource(db, catalogId, store, slug, `# ${slug}\n`);
+  });
+  afterAll(async () => {
+    await backend?.cleanup();
+  });
+
+  it('lists Resources in byte order of their slugs', async () => {
+    const rows = await repo.listResources(backend.databases.reader, caller, catalogId, [], {
+      offset: 0,
+      limit: 50,
+    });
+    expect(rows.map((row) => row.slug)).toEqual(byteOrder);
+  });
+
+  it('lists Catalogs in byte order of their slugs', async () => {
+    const rows = await repo.listCatalogs(backend.databases.reader, caller, {}, { offset: 0, limit: 50 });
+    expect(rows.map((row) => row.slug)).toEqual([...byteOrder, 'ordered'].sort());
+  });
+
+  it('walks pages without losing or repeating a slug at a page boundary', async () => {
+    const seen: string[] = [];
+    for (let offset = 0; offset < slugs.length; offset += 3) {
+      const rows = await repo.listResources(backend.databases.reader, caller, catalogId, [], {
+        offset,
+        limit: 3,
+      });
+      seen.push(...rows.map((row) => row.slug));
+    }
+    expect(seen).toEqual(byteOrder);
+  });
+});
