@@ -62,6 +62,12 @@ function openPostgres(url: string, role: 'primary' | 'reader', limits: PostgresL
   });
   // An idle client that loses its connection must not crash the process; the pool replaces it.
   pool.on('error', () => {});
+  // pg-pool removes its own error listener while a client is lent out, so a connection that drops
+  // between two queries of a checked-out client (a server shutdown, a terminated backend) would be an
+  // uncaught exception. pg marks such a client unqueryable, and the pool discards it on release.
+  pool.on('connect', (client) => {
+    client.on('error', () => {});
+  });
   return new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
 }
 

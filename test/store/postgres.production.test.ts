@@ -165,6 +165,29 @@ describe('PostgreSQL failures become 503 problem documents', () => {
     }
   });
 
+  it('a session terminated while checked out between two statements: no uncaught error, and the pool replaces it', async () => {
+    const db = open({ poolSize: 1 }).primary;
+    const uncaught: unknown[] = [];
+    const collect = (error: unknown) => uncaught.push(error);
+    process.on('uncaughtException', collect);
+    try {
+      await db.connection().execute(async (connection) => {
+        const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(connection);
+        const admin = new pg.Client({ connectionString: url() });
+        await admin.connect();
+        await admin.query('select pg_terminate_backend($1)', [rows[0]!.pid]);
+        await admin.end();
+        // The server's FATAL message arrives while this connection is lent out and runs no query.
+        await new Promise((resolve) => setTimeout(resolve, 300));
+      });
+      const { rows } = await sql<{ one: number }>`select 1 as one`.execute(db);
+      expect(rows[0]!.one).toBe(1);
+    } finally {
+      process.off('uncaughtException', collect);
+    }
+    expect(uncaught).toEqual([]);
+  });
+
   it('a server process that stalls mid-statement, at the client-side query timeout', async () => {
     const db = open({ statementTimeoutMs: 5000, queryTimeoutMs: 800 }).primary;
     const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(db);
