@@ -1,7 +1,6 @@
 import type { ResourceVersionRow } from '../db/tables.js';
 import type { Facets, LifecycleStatus, Manifest, Owner, SourceScope } from '../schemas/common.js';
 import type {
-  Catalog,
   ResourceDetail,
   ResourceKind,
   ResourceListItem,
@@ -12,6 +11,7 @@ import type {
   VersionStatus,
 } from '../schemas/playbook.js';
 import type { CatalogWithVersionRow, ResourceDetailRow, ResourceListRow } from './read-repository.js';
+import type { CatalogHead, CatalogVersionObject } from './serializers.js';
 
 /**
  * Rows to API objects, in one place. Optional fields are left out rather than sent as null, and
@@ -41,9 +41,9 @@ export function catalogHumanRef(accountId: string | null, slug: string): string 
   return `${ownership(accountId).owner}/${slug}`;
 }
 
-export function toCatalog(row: CatalogWithVersionRow): Catalog {
+export function toCatalogHead(row: CatalogWithVersionRow): CatalogHead {
   const { sourceScope, owner } = ownership(row.account_id);
-  const catalog: Catalog = {
+  return {
     id: row.id,
     sourceScope,
     owner,
@@ -59,17 +59,38 @@ export function toCatalog(row: CatalogWithVersionRow): Catalog {
       facets: parseFacets(row.facets) ?? null,
     }),
   };
-  if (row.cv_id !== null) {
-    catalog.currentVersion = {
-      id: row.cv_id,
-      version: row.cv_version!,
-      resourcePins: JSON.parse(row.cv_pins!) as ResourcePin[],
-      manifestHash: row.cv_manifest_hash!,
-      resourceCount: Number(row.cv_resource_count),
-      ...optional({ publishedAt: row.cv_published_at }),
-    };
-  }
-  return catalog;
+}
+
+/** The columns of a catalog version that `listCatalogs` reads beside its Catalog (all but the pins). */
+export interface CatalogVersionColumns {
+  readonly id: string;
+  readonly version: string;
+  readonly manifest_hash: string;
+  readonly resource_count: number;
+  readonly published_at: string | null;
+}
+
+/** The current version's columns of a Catalog row, or none when it has no current version. */
+export function catalogVersionColumnsOf(row: CatalogWithVersionRow): CatalogVersionColumns | undefined {
+  if (row.cv_id === null) return undefined;
+  return {
+    id: row.cv_id,
+    version: row.cv_version!,
+    manifest_hash: row.cv_manifest_hash!,
+    resource_count: row.cv_resource_count!,
+    published_at: row.cv_published_at,
+  };
+}
+
+export function toCatalogVersion(columns: CatalogVersionColumns, pins: string): CatalogVersionObject {
+  return {
+    id: columns.id,
+    version: columns.version,
+    resourcePins: JSON.parse(pins) as ResourcePin[],
+    manifestHash: columns.manifest_hash,
+    resourceCount: Number(columns.resource_count),
+    ...optional({ publishedAt: columns.published_at }),
+  };
 }
 
 type VersionSummaryColumns = {

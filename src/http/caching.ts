@@ -5,6 +5,11 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 export const IMMUTABLE = 'private, max-age=31536000, immutable';
 const REVALIDATE = 'private, no-cache';
 
+/** The strong validator of an answer whose bytes the base64url SHA-256 `digest` stands for. */
+export function strongEtag(digest: string): string {
+  return `"${digest.slice(0, 32)}"`;
+}
+
 /** Whether an `If-None-Match` header matches `etag` (weak comparison, as RFC 9110 asks for GET). */
 export function etagMatches(ifNoneMatch: string | undefined, etag: string): boolean {
   if (!ifNoneMatch) return false;
@@ -26,7 +31,9 @@ function notModified(reply: FastifyReply): null {
 
 /**
  * onSend: every successful read carries an ETag (from its body unless the route set one) and a
- * Cache-Control; a matching `If-None-Match` turns it into a 304 with no body.
+ * Cache-Control; a matching `If-None-Match` turns it into a 304 with no body. Routes that assemble
+ * their answer from cached parts set the ETag from those parts' digests, so that a large answer is
+ * not hashed again on every request.
  */
 export async function conditionalGet(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
   if (request.method !== 'GET' && request.method !== 'HEAD') return payload;
@@ -40,7 +47,7 @@ export async function conditionalGet(request: FastifyRequest, reply: FastifyRepl
   let etag = reply.getHeader('etag') as string | undefined;
   if (etag === undefined) {
     if (typeof payload !== 'string' && !Buffer.isBuffer(payload)) return payload;
-    etag = `"${createHash('sha256').update(payload).digest('base64url').slice(0, 32)}"`;
+    etag = strongEtag(createHash('sha256').update(payload).digest('base64url'));
     reply.header('etag', etag);
   }
   if (etagMatches(request.headers['if-none-match'], etag)) {

@@ -1,0 +1,557 @@
+import { createHash } from 'node:crypto';
+import { Type } from '@sinclair/typebox';
+import SqliteDatabase from 'better-sqlite3';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { Kysely, type LogEvent, PostgresDialect, SqliteDialect, type Updateable } from 'kysely';
+import pg from 'pg';
+import { v7 as uuidv7 } from 'uuid';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp } from '../../src/app.js';
+import type { Authenticator } from '../../src/auth/authenticator.js';
+import type { Principal } from '../../src/auth/principal.js';
+import { AnswerBodies } from '../../src/catalog/answer-bodies.js';
+import { PlaybookService, type ReadCacheLimits } from '../../src/catalog/playbook-service.js';
+import { digestOf, SerializedRows } from '../../src/catalog/serialized-rows.js';
+import type { CatalogUpdate, Database, Db, ResourceTable } from '../../src/db/tables.js';
+import { Page, Problem } from '../../src/schemas/common.js';
+import { Catalog, playbookSchemas, ResourceDetail, ResourceListItem } from '../../src/schemas/playbook.js';
+import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { checkCatalog, checkPage, checkResourceDetail, checkResourceListItem } from '../helpers/contract.js';
+import {
+  type GivenResource,
+  givenAccount,
+  givenCatalog,
+  givenCatalogVersion,
+  givenResource,
+  tick,
+} from '../helpers/fixtures.js';
+
+/**
+ * The read caches (catalog/serialized-rows.ts, catalog/answer-bodies.ts, the catalog version pins):
+ * what they answer is byte for byte what Fastify serializes from the whole object, every write shows
+ * in the next answer and in its ETag, visibility (D5) and plans (D6) are checked before anything
+ * cached is used, and their memory is bounded.
+ */
+
+/** Principals whose plan is read from the account's row on every request, so a plan change shows at once. */
+class AccountAuthenticator implements Authenticator {
+  constructor(private readonly db: Db) {}
+
+  async authenticate(request: { headers: Record<string, unknown> }): Promise<Principal> {
+    const accountId = String(request.headers['x-api-key']);
+    const row = await this.db
+      .selectFrom('accounts')
+      .select('plan')
+      .where('id', '=', accountId)
+      .executeTakeFirst();
+    return {
+      accountId: accountId === 'nobody' ? null : accountId,
+      plan: row?.plan ?? 'free',
+      scopes: new Set(['playbook:read']),
+      credential: { kind: 'api-key', keyId: accountId },
+    };
+  }
+}
+
+/** A second connection to the backend's database that records the SQL of every statement. */
+function recordingDb(backend: TestBackend, statements: string[]): Db {
+  const log = (event: LogEvent) => {
+    if (event.level === 'query') statements.push(event.query.sql);
+  };
+  const url = backend.env.PLAYBOOK_DATABASE_URL!;
+  const dialect = url.startsWith('sqlite:')
+    ? new SqliteDialect({ database: new SqliteDatabase(url.slice('sqlite:'.length)) })
+    : new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 2 }) });
+  return new Kysely<Database>({ dialect, log });
+}
+
+/**
+ * How Fastify serializes an answer from its whole object with the routes' response schemas: the way
+ * every answer was made before the caches, and the reference they are held to.
+ */
+async function referenceSerializer() {
+  const app = Fastify();
+  app.addSchema(Problem);
+  for (const schema of playbookSchemas) app.addSchema(schema);
+  let value: unknown;
+  const schemas = {
+    catalogs: Page(Type.Ref(Catalog)),
+    resources: Page(Type.Ref(ResourceListItem)),
+    resource: Type.Ref(ResourceDetail),
+  };
+  for (const [name, schema] of Object.entries(schemas)) {
+    app.get(`/${name}`, { schema: { response: { 200: schema } } }, async () => value);
+  }
+  await app.ready();
+  return {
+    app,
+    async serialize(kind: keyof typeof schemas, object: unknown): Promise<string> {
+      value = object;
+      return (await app.inject({ url: `/${kind}` })).body;
+    },
+  };
+}
+
+describe('read caches', () => {
+  let backend: TestBackend;
+  let db: Db;
+  let app: FastifyInstance;
+  let service: PlaybookService;
+  let reference: Awaited<ReturnType<typeof referenceSerializer>>;
+  const statements: string[] = [];
+  let reader: Db;
+  const acme = { 'x-api-key': 'acme' };
+  const nobody = { 'x-api-key': 'nobody' };
+  let handbook: { id: string; slug: string; accountId: string | null };
+  let resources: GivenResource[];
+  let gated: GivenResource;
+  let runbooks: { id: string; slug: string; accountId: string | null };
+  let runbook: GivenResource;
+
+  async function appWith(
+    limits: ReadCacheLimits = {},
+  ): Promise<{ app: FastifyInstance; service: PlaybookService }> {
+    const playbook = new PlaybookService(reader, backend.content, limits);
+    const built = await buildApp({
+      playbook,
+      authenticator: new AccountAuthenticator(backend.databases.primary),
+      readiness: [],
+    });
+    await built.ready();
+    return { app: built, service: playbook };
+  }
+
+  beforeAll(async () => {
+    backend = await createTestBackend();
+    db = backend.databases.primary;
+    reader = recordingDb(backend, statements);
+    ({ app, service } = await appWith());
+    reference = await referenceSerializer();
+    await givenAccount(db, 'acme', 'free');
+    await givenAccount(db, 'other', 'free');
+
+    handbook = await givenCatalog(db, {
+      slug: 'handbook',
+      name: 'Handbook "quoted" \\ and\nnew line — ünïcødé 🚀',
+      description: 'Escapes: \u2028 \u0007 </script>',
+      facets: { capability: ['delivery'], technology: ['typescript'] },
+    });
+    resources = [];
+    for (const [index, slug] of ['alpha', 'beta', 'gamma', 'delta', 'epsilon'].entries()) {
+      resources.push(
+        await givenResource(backend, handbook, {
+          slug,
+          kind: index % 2 === 0 ? 'document' : 'workflow',
+          title: `Résumé ${slug} "${index}"`,
+          description: index === 1 ? undefined : `About ${slug}\twith a tab`,
+          facets: index === 2 ? undefined : { channel: ['web'] },
+          manifest: { order: index, nested: { list: [1, 'two', null, true], empty: {} }, text: 'ü\n"' },
+          versions: [
+            { version: '1.0.0', content: `# ${slug} one\n` },
+            {
+              version: '2.0.0',
+              content: `# ${slug} two — ✓\n`,
+              storage: index === 3 ? 'object-storage' : 'database-text',
+            },
+          ],
+        }),
+      );
+    }
+    gated = await givenResource(backend, handbook, { slug: 'gated', facets: { planAccess: ['pro'] } });
+    await givenResource(backend, handbook, { slug: 'no-current', withCurrent: false });
+    await givenCatalogVersion(db, handbook, '1', [...resources, gated]);
+
+    await givenCatalog(db, { slug: 'empty-archived', status: 'archived' });
+    runbooks = await givenCatalog(db, { accountId: 'acme', slug: 'runbooks', status: 'draft' });
+    runbook = await givenResource(backend, runbooks, { slug: 'incident', status: 'draft' });
+    await givenCatalogVersion(db, runbooks, 'r1', [runbook]);
+    await givenCatalog(db, { accountId: 'other', slug: 'runbooks' });
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await reference?.app.close();
+    await reader?.destroy();
+    await backend?.cleanup();
+  });
+
+  const get = (url: string, headers: Record<string, string> = acme) => app.inject({ url, headers });
+  const CATALOGS = '/v3/playbook/catalogs';
+  const HANDBOOK = '/v3/playbook/catalogs/svc/handbook/resources';
+  const detailUrl = (resource: GivenResource) => `/v3/playbook/resources/${resource.id}`;
+
+  /** The ETag and body of a 200, and proof that the old ETag no longer matches once they changed. */
+  async function changed(url: string, before: { etag: string; body: string }) {
+    const res = await app.inject({ url, headers: { ...acme, 'if-none-match': before.etag } });
+    expect(res.statusCode, url).toBe(200);
+    expect(res.headers.etag).not.toBe(before.etag);
+    expect(res.body).not.toBe(before.body);
+    return res;
+  }
+
+  async function snapshot(url: string) {
+    const res = await get(url);
+    expect(res.statusCode, url).toBe(200);
+    return { etag: String(res.headers.etag), body: res.body };
+  }
+
+  describe('answers', () => {
+    const cases: [string, () => string, Record<string, string>, 'catalogs' | 'resources' | 'resource'][] = [
+      ['the Catalogs of an account', () => CATALOGS, acme, 'catalogs'],
+      ['the Catalogs of no account', () => CATALOGS, nobody, 'catalogs'],
+      ['one Catalog per page', () => `${CATALOGS}?pageSize=1&page=2`, acme, 'catalogs'],
+      ['a page past the end', () => `${CATALOGS}?page=9`, acme, 'catalogs'],
+      ['the Resources of a Catalog', () => HANDBOOK, acme, 'resources'],
+      ['a kind filter', () => `${HANDBOOK}?kind=workflow&pageSize=1&page=2`, acme, 'resources'],
+      ['an account Catalog', () => '/v3/playbook/catalogs/org/runbooks/resources', acme, 'resources'],
+      ['a detail from the database', () => detailUrl(resources[0]!), acme, 'resource'],
+      ['a detail from the object store', () => detailUrl(resources[3]!), acme, 'resource'],
+    ];
+
+    it.each(cases)(
+      '%s is byte for byte what Fastify serializes from the whole object, cold and warm',
+      async (_name, url, headers, kind) => {
+        const cold = await get(url(), headers);
+        const warm = await get(url(), headers);
+        expect(cold.statusCode).toBe(200);
+        expect(cold.headers['content-type']).toBe('application/json; charset=utf-8');
+        expect(warm.body).toBe(cold.body);
+        expect(warm.headers.etag).toBe(cold.headers.etag);
+        expect(await reference.serialize(kind, cold.json())).toBe(cold.body);
+        const check =
+          kind === 'catalogs' ? checkCatalog : kind === 'resources' ? checkResourceListItem : undefined;
+        expect(check ? checkPage(cold.json(), check) : checkResourceDetail(cold.json(), 'resource')).toEqual(
+          [],
+        );
+      },
+    );
+
+    it('the detail keeps the ETag of its bytes, as every answer had it before', async () => {
+      const res = await get(detailUrl(resources[3]!));
+      const digest = createHash('sha256').update(res.rawPayload).digest('base64url');
+      expect(res.headers.etag).toBe(`"${digest.slice(0, 32)}"`);
+    });
+
+    it('HEAD answers the headers of GET without a body', async () => {
+      const head = await app.inject({ method: 'HEAD', url: CATALOGS, headers: acme });
+      const full = await get(CATALOGS);
+      expect(head.statusCode).toBe(200);
+      expect(head.body).toBe('');
+      expect(head.headers.etag).toBe(full.headers.etag);
+      expect(head.headers['content-length']).toBe(String(full.rawPayload.length));
+    });
+
+    it("one account's cached answers never reach another", async () => {
+      const mine = (await get('/v3/playbook/catalogs?sourceScope=account', acme)).json();
+      const theirs = (
+        await get('/v3/playbook/catalogs?sourceScope=account', { 'x-api-key': 'other' })
+      ).json();
+      expect(mine.data.map((c: { id: string }) => c.id)).toEqual([runbooks.id]);
+      expect(theirs.data).toHaveLength(1);
+      expect(theirs.data[0].id).not.toBe(runbooks.id);
+      expect(
+        (await get('/v3/playbook/catalogs/org/runbooks/resources', { 'x-api-key': 'other' })).json().data,
+      ).toEqual([]);
+    });
+  });
+
+  describe('Catalogs', () => {
+    it('a Catalog changed in name, status or facets shows at once, though its updated_at did not move', async () => {
+      let before = await snapshot(CATALOGS);
+      const changes: CatalogUpdate[] = [
+        { name: 'Renamed handbook' },
+        { status: 'archived' },
+        { facets: JSON.stringify({ capability: ['search'] }) },
+        { description: null },
+      ];
+      for (const change of changes) {
+        await db.updateTable('catalogs').set(change).where('id', '=', handbook.id).execute();
+        const res = await changed(CATALOGS, before);
+        const catalog = res.json().data.find((c: { id: string }) => c.id === handbook.id);
+        if (change.name) expect(catalog.name).toBe(change.name);
+        if (change.status) expect(catalog.status).toBe('archived');
+        if (change.facets) expect(catalog.facets).toEqual({ capability: ['search'] });
+        if ('description' in change) expect(catalog.description).toBeUndefined();
+        before = { etag: String(res.headers.etag), body: res.body };
+      }
+    });
+
+    it('a new catalog version shows at once; the pins of a version already read are not read again', async () => {
+      await get(CATALOGS);
+      statements.length = 0;
+      const before = await snapshot(CATALOGS);
+      expect(statements.filter((sql) => sql.includes('pins'))).toEqual([]);
+
+      const versionId = await givenCatalogVersion(db, handbook, '2', resources.slice(0, 2));
+      statements.length = 0;
+      const res = await changed(CATALOGS, before);
+      const current = res.json().data.find((c: { id: string }) => c.id === handbook.id).currentVersion;
+      expect(current.id).toBe(versionId);
+      expect(current.resourcePins.map((pin: { resourceId: string }) => pin.resourceId)).toEqual(
+        resources.slice(0, 2).map((r) => r.id),
+      );
+      expect(current.resourceCount).toBe(2);
+      // One query for the pins of the one version not held yet, whatever the number of Catalogs.
+      expect(statements.filter((sql) => sql.includes('pins'))).toHaveLength(1);
+    });
+
+    it('a Catalog no longer visible (a service-owned draft) leaves the list, and its Resources answer 404', async () => {
+      const extra = await givenCatalog(db, { slug: 'soon-draft' });
+      const resource = await givenResource(backend, extra, { slug: 'doc' });
+      await givenCatalogVersion(db, extra, '1', [resource]);
+      expect((await get(detailUrl(resource))).statusCode).toBe(200);
+      const before = await snapshot(CATALOGS);
+      await db.updateTable('catalogs').set({ status: 'draft' }).where('id', '=', extra.id).execute();
+      const res = await changed(CATALOGS, before);
+      expect(res.json().data.map((c: { id: string }) => c.id)).not.toContain(extra.id);
+      expect((await get(detailUrl(resource))).statusCode).toBe(404);
+      expect((await get('/v3/playbook/catalogs/svc/soon-draft/resources')).statusCode).toBe(404);
+    });
+  });
+
+  describe('Resources', () => {
+    it('a Resource changed in any column shows at once in the list and the detail, though updated_at did not move', async () => {
+      const resource = resources[1]!;
+      let list = await snapshot(HANDBOOK);
+      let detail = await snapshot(detailUrl(resource));
+      const changes: Updateable<ResourceTable>[] = [
+        { title: 'A new title' },
+        { manifest: JSON.stringify({ changed: true }) },
+        { description: 'Now described' },
+        { facets: null },
+        { kind: 'policy' },
+      ];
+      for (const change of changes) {
+        await db.updateTable('resources').set(change).where('id', '=', resource.id).execute();
+        const listed = await changed(HANDBOOK, list);
+        const shown = await changed(detailUrl(resource), detail);
+        const item = listed.json().data.find((r: { id: string }) => r.id === resource.id);
+        for (const value of [item, shown.json()]) {
+          if (change.title) expect(value.title).toBe(change.title);
+          if (change.manifest) expect(value.manifest).toEqual({ changed: true });
+          if (change.description) expect(value.description).toBe(change.description);
+          if ('facets' in change) expect(value.facets).toBeUndefined();
+          if (change.kind) expect(value.kind).toBe('policy');
+        }
+        list = { etag: String(listed.headers.etag), body: listed.body };
+        detail = { etag: String(shown.headers.etag), body: shown.body };
+      }
+      const filtered = (await get(`${HANDBOOK}?kind=policy`)).json();
+      expect(filtered.data.map((r: { id: string }) => r.id)).toEqual([resource.id]);
+    });
+
+    it('a changed version row, or a Catalog renamed under its Resources, shows in every item', async () => {
+      const resource = resources[0]!;
+      const list = await snapshot(HANDBOOK);
+      await db
+        .updateTable('resource_versions')
+        .set({ media_type: 'text/plain' })
+        .where('id', '=', resource.currentVersionId)
+        .execute();
+      const listed = await changed(HANDBOOK, list);
+      const item = listed.json().data.find((r: { id: string }) => r.id === resource.id);
+      expect(item.currentVersion.mediaType).toBe('text/plain');
+      expect((await get(detailUrl(resource))).json().currentVersion.mediaType).toBe('text/plain');
+
+      const other = await givenCatalog(db, { slug: 'renamed-later' });
+      const inside = await givenResource(backend, other, { slug: 'inside' });
+      expect((await get(detailUrl(inside))).json().catalogHumanRef).toBe('svc/renamed-later');
+      await db.updateTable('catalogs').set({ slug: 'renamed-now' }).where('id', '=', other.id).execute();
+      const moved = (await get('/v3/playbook/catalogs/svc/renamed-now/resources')).json();
+      expect(moved.data[0].humanRef).toBe('svc/renamed-now/inside');
+      expect((await get(detailUrl(inside))).json().humanRef).toBe('svc/renamed-now/inside');
+    });
+
+    it('a superseded version shows at once: a new current version in the list and the detail, the old one superseded', async () => {
+      const resource = resources[2]!;
+      const list = await snapshot(HANDBOOK);
+      const detail = await snapshot(detailUrl(resource));
+      const oldVersionUrl = `${detailUrl(resource)}/versions/${resource.currentVersionId}`;
+      const oldVersion = await snapshot(oldVersionUrl);
+
+      const content = '# gamma three\n';
+      const hash = createHash('sha256').update(content).digest('hex');
+      const versionId = uuidv7();
+      const at = tick();
+      await backend.databases.primary
+        .insertInto('content_blobs')
+        .values({ content_hash: hash, body: content })
+        .execute();
+      await db
+        .insertInto('resource_versions')
+        .values({
+          id: versionId,
+          resource_id: resource.id,
+          version: '3.0.0',
+          content_hash: hash,
+          content_size_bytes: Buffer.byteLength(content),
+          media_type: 'text/markdown',
+          storage_backend: 'database-text',
+          status: 'published',
+          manifest: '{}',
+          published_at: at,
+          superseded_at: null,
+          archived_at: null,
+          created_at: at,
+        })
+        .execute();
+      await db
+        .updateTable('resource_versions')
+        .set({ status: 'superseded', superseded_at: at })
+        .where('id', '=', resource.currentVersionId)
+        .execute();
+      await db
+        .updateTable('resources')
+        .set({ current_version_id: versionId })
+        .where('id', '=', resource.id)
+        .execute();
+
+      const item = (await changed(HANDBOOK, list))
+        .json()
+        .data.find((r: { id: string }) => r.id === resource.id);
+      expect(item.currentVersion).toMatchObject({ id: versionId, version: '3.0.0', status: 'published' });
+      expect((await changed(detailUrl(resource), detail)).json().currentVersion).toMatchObject({
+        id: versionId,
+        content,
+      });
+      const superseded = (await changed(oldVersionUrl, oldVersion)).json();
+      expect(superseded).toMatchObject({ status: 'superseded', supersededAt: at });
+    });
+
+    it('a service-owned Resource or version turned draft is hidden at once, cached or not', async () => {
+      const resource = resources[4]!;
+      expect((await get(detailUrl(resource))).statusCode).toBe(200);
+      const list = await snapshot(HANDBOOK);
+      await db
+        .updateTable('resource_versions')
+        .set({ status: 'draft' })
+        .where('id', '=', resource.currentVersionId)
+        .execute();
+      const item = (await changed(HANDBOOK, list))
+        .json()
+        .data.find((r: { id: string }) => r.id === resource.id);
+      expect(item.currentVersion).toBeUndefined();
+      expect((await get(detailUrl(resource))).statusCode).toBe(404);
+
+      await db.updateTable('resources').set({ status: 'draft' }).where('id', '=', resource.id).execute();
+      const listed = (await get(HANDBOOK)).json();
+      expect(listed.data.map((r: { id: string }) => r.id)).not.toContain(resource.id);
+    });
+
+    it('a plan change of the account shows at once, on the detail, the version and a revalidation', async () => {
+      const versionUrl = `${detailUrl(gated)}/versions/${gated.currentVersionId}`;
+      expect((await get(detailUrl(gated))).statusCode).toBe(403);
+      await db.updateTable('accounts').set({ plan: 'pro' }).where('id', '=', 'acme').execute();
+      const detail = await get(detailUrl(gated));
+      expect(detail.statusCode).toBe(200);
+      const version = await get(versionUrl);
+      expect(version.statusCode).toBe(200);
+
+      await db.updateTable('accounts').set({ plan: 'free' }).where('id', '=', 'acme').execute();
+      expect((await get(detailUrl(gated))).statusCode).toBe(403);
+      for (const [url, etag] of [
+        [detailUrl(gated), detail.headers.etag],
+        [versionUrl, version.headers.etag],
+      ] as const) {
+        const res = await app.inject({ url, headers: { ...acme, 'if-none-match': String(etag) } });
+        expect(res.statusCode, url).toBe(403);
+      }
+      // The list shows a gated Resource whatever the plan (D6).
+      expect((await get(HANDBOOK)).json().data.map((r: { id: string }) => r.id)).toContain(gated.id);
+    });
+
+    it('a Resource Version answer still reads visibility and the plan gate in the order of the rules', async () => {
+      const missing = '0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
+      expect((await get(`${detailUrl(gated)}/versions/${missing}`)).statusCode).toBe(403);
+      expect((await get(`${detailUrl(resources[0]!)}/versions/${missing}`)).statusCode).toBe(404);
+      expect((await get(`/v3/playbook/resources/${missing}/versions/${missing}`)).statusCode).toBe(404);
+      const runbookVersion = `${detailUrl(runbook)}/versions/${runbook.currentVersionId}`;
+      expect((await get(runbookVersion)).statusCode).toBe(200);
+      expect((await get(runbookVersion, { 'x-api-key': 'other' })).statusCode).toBe(404);
+    });
+  });
+
+  describe('bounds', () => {
+    it('caches stay within their bounds and still answer exactly what an unbounded service does', async () => {
+      const limits = { listItemBytes: 4096, catalogVersionBytes: 2048, detailBytes: 4096, pageBytes: 8192 };
+      const bounded = await appWith(limits);
+      try {
+        const many = await givenCatalog(db, { slug: 'many' });
+        const members: GivenResource[] = [];
+        for (let i = 0; i < 30; i++) {
+          members.push(
+            await givenResource(backend, many, {
+              slug: `member-${String(i).padStart(2, '0')}`,
+              manifest: { i },
+            }),
+          );
+        }
+        await givenCatalogVersion(db, many, '1', members);
+        const urls = [
+          CATALOGS,
+          `${CATALOGS}?pageSize=1`,
+          '/v3/playbook/catalogs/svc/many/resources?pageSize=100',
+          '/v3/playbook/catalogs/svc/many/resources?pageSize=7&page=2',
+          ...members.map(detailUrl),
+        ];
+        for (let round = 0; round < 2; round++) {
+          for (const url of urls) {
+            const expected = await get(url);
+            const actual = await bounded.app.inject({ url, headers: acme });
+            expect(actual.statusCode, url).toBe(expected.statusCode);
+            expect(actual.body, url).toBe(expected.body);
+            expect(actual.headers.etag, url).toBe(expected.headers.etag);
+          }
+        }
+        const stats = bounded.service.cacheStats;
+        expect(stats.catalogHeads.bytes).toBeLessThanOrEqual(limits.listItemBytes);
+        expect(stats.resourceItems.bytes).toBeLessThanOrEqual(limits.listItemBytes);
+        expect(stats.resourceItems.entries).toBeGreaterThan(0);
+        expect(stats.resourceItems.entries).toBeLessThan(30);
+        expect(stats.catalogVersions.bytes).toBeLessThanOrEqual(limits.catalogVersionBytes);
+        expect(stats.resourceDetails.bytes).toBeLessThanOrEqual(limits.detailBytes);
+        expect(stats.resourceDetails.entries).toBeLessThan(30);
+        expect(stats.pages.bytes).toBeLessThanOrEqual(limits.pageBytes);
+      } finally {
+        await bounded.app.close();
+      }
+    });
+
+    it('a row cache uses an entry for its own state only, replaces it, and keeps nothing over its bound', () => {
+      const rows = new SerializedRows({ maxBytes: 1000 });
+      expect(rows.remember('a', 'state 1', '"x"').digest).toBe(digestOf('"x"'));
+      expect(rows.find('a', 'state 1')?.chunks.map(String)).toEqual(['"x"']);
+      expect(rows.find('a', 'state 2')).toBeUndefined();
+      rows.remember('a', 'state 3', JSON.stringify('y'.repeat(2000)));
+      expect(rows.find('a', 'state 3')).toBeUndefined();
+      expect(rows.find('a', 'state 1')).toBeUndefined();
+      expect(rows.stats).toEqual({ entries: 0, bytes: 0 });
+    });
+
+    it('answer bodies are joined once per digest and bounded', () => {
+      const bodies = new AnswerBodies(64);
+      const page = { chunks: [Buffer.from('{"a":'), Buffer.from('1}')], digest: 'd1' };
+      const first = bodies.answerOf(page);
+      expect(first.body.toString()).toBe('{"a":1}');
+      expect(bodies.answerOf(page).body).toBe(first.body);
+      bodies.answerOf({ chunks: [Buffer.alloc(100), Buffer.alloc(1)], digest: 'too large' });
+      expect(bodies.stats.bytes).toBeLessThanOrEqual(64);
+    });
+
+    it('the default service holds one entry per row, whatever the number of its states', async () => {
+      const resource = resources[0]!;
+      for (let i = 0; i < 5; i++) {
+        await db
+          .updateTable('resources')
+          .set({ title: `Title ${i}` })
+          .where('id', '=', resource.id)
+          .execute();
+        expect((await get(detailUrl(resource))).json().title).toBe(`Title ${i}`);
+      }
+      const before = service.cacheStats.resourceDetails.entries;
+      await db.updateTable('resources').set({ title: 'Final' }).where('id', '=', resource.id).execute();
+      await get(detailUrl(resource));
+      expect(service.cacheStats.resourceDetails.entries).toBe(before);
+    });
+  });
+});
