@@ -8,6 +8,7 @@ import * as repo from '../../src/catalog/read-repository.js';
 import type { Database, Db } from '../../src/db/tables.js';
 import { RESOURCE_KINDS, type ResourceKind } from '../../src/schemas/playbook.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { seedCatalog } from './support.js';
 
 /**
  * The list queries on a large catalog use their indexes: the query plan of each page and count is
@@ -53,24 +54,8 @@ async function insertInBatches<T>(rows: T[], insert: (batch: T[]) => Promise<unk
 }
 
 async function givenCatalogWith(db: Db, accountId: string | null, slug: string, count: number) {
-  const catalogId = uuidv7();
+  const catalogId = await seedCatalog(db, slug, accountId);
   const at = new Date().toISOString();
-  await db
-    .insertInto('catalogs')
-    .values({
-      id: catalogId,
-      account_id: accountId,
-      slug,
-      name: slug,
-      status: 'active',
-      description: null,
-      facets: null,
-      current_version_id: null,
-      created_at: at,
-      updated_at: at,
-      archived_at: null,
-    })
-    .execute();
   const resources = Array.from({ length: count }, (_, i) => ({
     id: uuidv7(),
     versionId: uuidv7(),

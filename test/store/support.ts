@@ -23,14 +23,15 @@ export const anyReader: Authenticator = { authenticate: async () => reader };
  * the given store. Written directly, so that these tests depend on storage alone.
  */
 
-export async function seedCatalog(db: Db, slug: string): Promise<string> {
+/** An active Catalog, service-owned unless an account is given; returns its id. */
+export async function seedCatalog(db: Db, slug: string, accountId: string | null = null): Promise<string> {
   const id = uuidv7();
   const at = new Date().toISOString();
   await db
     .insertInto('catalogs')
     .values({
       id,
-      account_id: null,
+      account_id: accountId,
       slug,
       name: slug,
       status: 'active',
