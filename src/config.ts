@@ -77,6 +77,11 @@ export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
+/** A URL's user and password never reach an error message, which ends up in logs (D18). */
+function withoutCredentials(value: string): string {
+  return value.replace(/\/\/[^@/]*@/, '//***@');
+}
+
 function readVariable(name: string, schema: TSchema, raw: string | undefined): unknown {
   const text = raw === undefined || raw.trim() === '' ? undefined : raw.trim();
   if (text === undefined) return Value.Default(schema, undefined);
@@ -84,7 +89,9 @@ function readVariable(name: string, schema: TSchema, raw: string | undefined): u
   const value = schema.type === 'integer' && !/^-?[0-9]+$/.test(text) ? text : Value.Convert(schema, text);
   if (!Value.Check(schema, value)) {
     const expected = schema.description ?? describe(schema);
-    throw new ConfigError(`${name}=${JSON.stringify(text)} is not valid: expected ${expected}`);
+    throw new ConfigError(
+      `${name}=${JSON.stringify(withoutCredentials(text))} is not valid: expected ${expected}`,
+    );
   }
   return value;
 }
@@ -116,7 +123,9 @@ function parseContentStore(env: Env, dataDir: string): ContentStoreConfig {
   if (location.startsWith('s3://')) {
     const match = /^s3:\/\/([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:\/(.*))?$/.exec(location);
     if (!match)
-      throw new ConfigError(`PLAYBOOK_CONTENT_STORE=${location} is not valid: expected s3://bucket/prefix`);
+      throw new ConfigError(
+        `PLAYBOOK_CONTENT_STORE=${withoutCredentials(location)} is not valid: expected s3://bucket/prefix`,
+      );
     const prefix = (match[2] ?? '').replace(/^\/+|\/+$/g, '');
     const endpoint = env.PLAYBOOK_S3_ENDPOINT;
     return endpoint === undefined
@@ -125,7 +134,7 @@ function parseContentStore(env: Env, dataDir: string): ContentStoreConfig {
   }
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(location) && !location.startsWith('file://')) {
     throw new ConfigError(
-      `PLAYBOOK_CONTENT_STORE=${location} is not valid: expected a directory or s3://bucket/prefix`,
+      `PLAYBOOK_CONTENT_STORE=${withoutCredentials(location)} is not valid: expected a directory or s3://bucket/prefix`,
     );
   }
   return { kind: 'directory', path: path.resolve(location.replace(/^file:\/\//, '')) };

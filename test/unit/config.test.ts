@@ -119,6 +119,21 @@ describe('configuration (D13)', () => {
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^${name}=`));
   });
 
+  it.each([
+    ['PLAYBOOK_DATABASE_URL', 'postgress://app:S3cretPw@db:5432/playbook'],
+    ['PLAYBOOK_REDIS_URL', 'redi://:S3cretPw@cache:6379'],
+    ['PLAYBOOK_CONTENT_STORE', 'ftp://app:S3cretPw@files/dir'],
+    ['PLAYBOOK_CONTENT_STORE', 's3://key:S3cretPw@Bad_Bucket/x'],
+  ])('never repeats the password of a bad %s in its message (D18)', (name, value) => {
+    expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
+    try {
+      loadConfig({ [name]: value });
+    } catch (error) {
+      expect(String((error as Error).message)).not.toContain('S3cretPw');
+      expect(String((error as Error).message)).toContain('***@');
+    }
+  });
+
   it('treats an empty variable as unset', () => {
     expect(loadConfig({ PORT: '', LOG_LEVEL: '  ' }).port).toBe(8080);
   });
