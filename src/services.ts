@@ -68,6 +68,13 @@ export function createServices(
     { name: 'database', check: async () => void (await sql`select 1`.execute(databases.primary)) },
     { name: 'contentStore', check: () => objectStore.check() },
   ];
+  // Reads go to the replica when one is configured: it must answer too for the service to be ready.
+  if (databases.reader !== databases.primary) {
+    readiness.push({
+      name: 'readReplica',
+      check: async () => void (await sql`select 1`.execute(databases.reader)),
+    });
+  }
   // Several instances share rate limits and revocations through Redis (D8, D10). Redis is optional:
   // while it is down the service still serves and says so, hence an optional readiness check.
   const redis =
