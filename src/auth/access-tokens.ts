@@ -116,7 +116,12 @@ export class AccessTokenVerifier {
     if (this.remote) {
       // The identity provider's key set could not be fetched or read: our outage, not a bad token.
       const generic = error instanceof errors.JOSEError && error.code === 'ERR_JOSE_GENERIC';
-      if (error instanceof errors.JWKSTimeout || generic || !(error instanceof errors.JOSEError)) {
+      if (
+        error instanceof errors.JWKSTimeout ||
+        error instanceof errors.JWKSInvalid ||
+        generic ||
+        !(error instanceof errors.JOSEError)
+      ) {
         return new UnavailableError('the access token key set cannot be fetched');
       }
     }

@@ -37,13 +37,16 @@ function sign(key: SigningKey, claims: { sub: string; accounts: string[] }, ttl 
 class JwksServer {
   keys: JWK[] = [];
   fetches = 0;
+  /** Serve a document that is JSON but no key set, as a misconfigured provider might. */
+  malformed = false;
   private readonly server = http.createServer((request, response) => {
     if (request.url !== '/.well-known/jwks.json') {
       response.writeHead(404).end();
       return;
     }
     this.fetches++;
-    response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ keys: this.keys }));
+    const body = this.malformed ? { keys: 'not a list of keys' } : { keys: this.keys };
+    response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   });
 
   async start(): Promise<string> {
@@ -167,6 +170,18 @@ describe('access tokens from a remote JWKS (D9)', () => {
       .setExpirationTime('10m')
       .sign(second.privateKey);
     expect((await catalogs(otherAudience)).statusCode).toBe(401);
+  });
+
+  it('answers 503, not 401, when the key set the provider serves is malformed', async () => {
+    jwks.malformed = true;
+    try {
+      const unknown = await signingKey('2031-05', 'ES256');
+      const response = await catalogs(await sign(unknown, { sub: 'ada', accounts: [] }));
+      expect(response.statusCode).toBe(503);
+      expect(response.json().code).toBe('unavailable');
+    } finally {
+      jwks.malformed = false;
+    }
   });
 
   it('answers 503 when the key set cannot be fetched for a new kid', async () => {
