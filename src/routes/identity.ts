@@ -109,10 +109,9 @@ export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
           response: { 200: ApiKeyList, ...problemResponses(400, 401, 403, 429, 500, 503) },
         },
       },
-      async (request, reply) => {
+      async (request) => {
         const data = await keys.listFor(managerOf(request), request.query.accountId);
-        // lastUsedAt moves with every use: not worth a validator.
-        reply.header('cache-control', 'no-store');
+        // Like every other read (D11): an ETag and `private, no-cache`, so a changed lastUsedAt shows.
         return { data };
       },
     );

@@ -163,6 +163,27 @@ describe('key management (contract §4.5; D8)', () => {
       expect(response.body).not.toContain(used.json().key.split('_')[4]);
     });
 
+    it('D11: the list carries an ETag and private, no-cache; it changes when the keys do', async () => {
+      const owner = await identity.tokenHeaders({ user: 'bob', accounts: ['etagco'] });
+      const created = await create({ ...valid, accountId: 'etagco', name: 'first' }, owner);
+      const before = await app.inject({ url: `${KEYS}?accountId=etagco`, headers: owner });
+      expect(before.headers['cache-control']).toBe('private, no-cache');
+      const etag = String(before.headers.etag);
+      expect(etag).toMatch(/^"/);
+      const unchanged = await app.inject({
+        url: `${KEYS}?accountId=etagco`,
+        headers: { ...owner, 'if-none-match': etag },
+      });
+      expect(unchanged.statusCode).toBe(304);
+      await app.inject({ method: 'DELETE', url: `${KEYS}/${created.json().id}`, headers: owner });
+      const after = await app.inject({
+        url: `${KEYS}?accountId=etagco`,
+        headers: { ...owner, 'if-none-match': etag },
+      });
+      expect(after.statusCode).toBe(200);
+      expect(after.headers.etag).not.toBe(etag);
+    });
+
     it('403: an account the user may not act for; 400: no accountId or an unknown parameter', async () => {
       expect((await app.inject({ url: `${KEYS}?accountId=globex`, headers: ada })).statusCode).toBe(403);
       expect((await app.inject({ url: KEYS, headers: ada })).statusCode).toBe(400);
