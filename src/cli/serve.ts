@@ -40,9 +40,16 @@ export function registerServeCommand(program: Command, context: CliContext): voi
             process.exit(1);
           }, DRAIN_TIMEOUT_MS);
           timer.unref();
-          await app.close();
-          await services.close();
-          logger.info('stopped');
+          try {
+            await app.close();
+            await services.close();
+            logger.info('stopped');
+          } catch (error) {
+            logger.error({ err: error }, 'shutdown failed');
+            process.exitCode = 1;
+          } finally {
+            clearTimeout(timer);
+          }
         })();
       };
       process.once('SIGTERM', () => shutdown('SIGTERM'));
