@@ -84,6 +84,17 @@ export function s3AdminClient(s3: S3Endpoint): S3Client {
   });
 }
 
+/** The admin client for the S3 store a production backend was given, from its configuration. */
+export function s3AdminClientFor(backend: TestBackend): S3Client {
+  const env = backend.env;
+  return s3AdminClient({
+    endpoint: env.PLAYBOOK_S3_ENDPOINT!,
+    region: env.AWS_REGION!,
+    accessKeyId: env.AWS_ACCESS_KEY_ID!,
+    secretAccessKey: env.AWS_SECRET_ACCESS_KEY!,
+  });
+}
+
 /** Deletes every object of the bucket, then the bucket. */
 export async function removeBucket(client: S3Client, bucket: string): Promise<void> {
   for (;;) {

@@ -9,7 +9,7 @@ import { S3ContentStore } from '../../src/content/s3-store.js';
 import type { Db } from '../../src/db/tables.js';
 import type { Facets, LifecycleStatus, Manifest } from '../../src/schemas/common.js';
 import type { ResourceKind, ResourcePin, StorageBackend, VersionStatus } from '../../src/schemas/playbook.js';
-import { s3AdminClient, type TestBackend } from './backend.js';
+import { s3AdminClientFor, type TestBackend } from './backend.js';
 
 /**
  * Rows written straight into storage, for HTTP tests that need exact states (drafts, superseded
@@ -260,13 +260,7 @@ export async function tamperObject(backend: TestBackend, hash: string, body: str
     else await fs.writeFile(location.file, body);
     return;
   }
-  const env = backend.env;
-  const client = s3AdminClient({
-    endpoint: env.PLAYBOOK_S3_ENDPOINT!,
-    region: env.AWS_REGION!,
-    accessKeyId: env.AWS_ACCESS_KEY_ID!,
-    secretAccessKey: env.AWS_SECRET_ACCESS_KEY!,
-  });
+  const client = s3AdminClientFor(backend);
   try {
     const target = { Bucket: location.bucket, Key: location.key };
     await client.send(

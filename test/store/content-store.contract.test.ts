@@ -9,7 +9,7 @@ import { DirectoryContentStore } from '../../src/content/directory-store.js';
 import { sha256Hex } from '../../src/content/hash.js';
 import { S3ContentStore } from '../../src/content/s3-store.js';
 import { IntegrityError } from '../../src/errors.js';
-import { createTestBackend, s3AdminClient, type TestBackend } from '../helpers/backend.js';
+import { createTestBackend, s3AdminClientFor, type TestBackend } from '../helpers/backend.js';
 
 /**
  * The `ContentStore` contract, run against every store of the backend under test: the database store
@@ -82,12 +82,7 @@ const stores: StoreUnderTest[] = [];
 beforeAll(async () => {
   backend = await createTestBackend();
   if (backend.objectStore instanceof S3ContentStore) {
-    s3 = s3AdminClient({
-      endpoint: backend.env.PLAYBOOK_S3_ENDPOINT!,
-      region: backend.env.AWS_REGION!,
-      accessKeyId: backend.env.AWS_ACCESS_KEY_ID!,
-      secretAccessKey: backend.env.AWS_SECRET_ACCESS_KEY!,
-    });
+    s3 = s3AdminClientFor(backend);
   }
   stores.push(databaseStore(backend), objectStore(backend, s3));
 });

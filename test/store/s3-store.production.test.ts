@@ -11,7 +11,13 @@ import { DatabaseContentStore } from '../../src/content/database-store.js';
 import { sha256Hex } from '../../src/content/hash.js';
 import { S3ContentStore, type S3ContentStoreOptions } from '../../src/content/s3-store.js';
 import { UnavailableError } from '../../src/errors.js';
-import { createTestBackend, removeBucket, s3AdminClient, type TestBackend } from '../helpers/backend.js';
+import {
+  createTestBackend,
+  removeBucket,
+  s3AdminClient,
+  s3AdminClientFor,
+  type TestBackend,
+} from '../helpers/backend.js';
 import { freePort, type S3Server, startS3 } from '../helpers/servers.js';
 import { anyReader, seedCatalog, seedResource, timedGet } from './support.js';
 
@@ -66,12 +72,7 @@ describe('S3ContentStore on the S3 test server', () => {
     const hash = sha256Hex(text);
     await store.put(hash, text);
     const env = backend.env;
-    const admin = s3AdminClient({
-      endpoint: env.PLAYBOOK_S3_ENDPOINT!,
-      region: env.AWS_REGION!,
-      accessKeyId: env.AWS_ACCESS_KEY_ID!,
-      secretAccessKey: env.AWS_SECRET_ACCESS_KEY!,
-    });
+    const admin = s3AdminClientFor(backend);
     try {
       const bucket = new URL(env.PLAYBOOK_CONTENT_STORE!).host;
       expect(store.keyOf(hash)).toBe(`content/sha256/${hash.slice(0, 2)}/${hash}`);
