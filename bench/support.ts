@@ -1,0 +1,231 @@
+/**
+ * What both benchmarks share: the built command line, processes pinned to a core, readiness, peak
+ * memory, generated catalog trees, and wrk as the load generator.
+ */
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import { createServer } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+
+export const ROOT = path.resolve(import.meta.dirname, '..', '..');
+export const CLI = path.join(ROOT, 'dist', 'cli', 'main.js');
+
+function onPath(command: string): boolean {
+  return spawnSync('sh', ['-c', `command -v ${command}`], { stdio: 'ignore' }).status === 0;
+}
+
+/** The server gets core 0 and the load generator core 1, when `taskset` is there and both cores are. */
+export const PINNING = onPath('taskset') && os.availableParallelism() >= 2;
+
+/** `command args…`, pinned to `core` when pinning is possible. */
+export function pinned(core: number, command: string, args: readonly string[]): [string, string[]] {
+  return PINNING ? ['taskset', ['-c', String(core), command, ...args]] : [command, [...args]];
+}
+
+export function requireWrk(): void {
+  if (!onPath('wrk')) {
+    throw new Error(
+      'the benchmark loads the server with wrk, which is not installed (Debian: apt-get install -y wrk)',
+    );
+  }
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
+    });
+  });
+}
+
+/** Starts the service as `npm start` does (`playbook serve`), on `port`, pinned to core 0. */
+export function startService(port: number, env: NodeJS.ProcessEnv): ChildProcess {
+  const [command, args] = pinned(0, process.execPath, [
+    '--enable-source-maps',
+    CLI,
+    'serve',
+    '--port',
+    String(port),
+  ]);
+  // The access log goes where a deployment's would: written in full, read by nobody here.
+  return spawn(command, args, { env, stdio: ['ignore', 'ignore', 'inherit'] });
+}
+
+export async function waitForReady(url: string, child: ChildProcess): Promise<void> {
+  for (let attempt = 0; attempt < 600; attempt++) {
+    if (child.exitCode !== null) throw new Error(`the server exited with ${child.exitCode}`);
+    try {
+      if ((await fetch(url)).ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`${url} did not answer within a minute`);
+}
+
+export async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGTERM');
+  await exited;
+}
+
+/** The process's peak resident memory so far (VmHWM), in MB. */
+export function peakRssMb(pid: number): number {
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  const match = /VmHWM:\s+(\d+) kB/.exec(status);
+  return match ? Number(match[1]) / 1024 : Number.NaN;
+}
+
+/** Runs a command line of the service to its end and returns its stdout; stderr goes to ours. */
+export function cli(args: readonly string[], env: NodeJS.ProcessEnv): string {
+  return execFileSync(process.execPath, [CLI, ...args], {
+    env,
+    stdio: ['ignore', 'pipe', 'inherit'],
+    maxBuffer: 64 * 1024 * 1024,
+  }).toString();
+}
+
+/** An API key with `playbook:read` for account `bench`, minted through the API as a user would. */
+export async function createReadKey(base: string, env: NodeJS.ProcessEnv): Promise<string> {
+  const token = cli(['token', '--user', 'bench', '--account', 'bench'], env).trim();
+  const created = await fetch(`${base}/v3/identity/api-keys`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ name: 'bench', accountId: 'bench', scopes: ['playbook:read'] }),
+  });
+  if (created.status !== 201) throw new Error(`key creation answered ${created.status}`);
+  return ((await created.json()) as { key: string }).key;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Generated content.
+
+const KINDS = ['document', 'topic', 'reference', 'workflow', 'policy'] as const;
+
+/** A manifest of about 1 KB, shaped like a real runbook's. */
+function manifestOf(index: number): Record<string, unknown> {
+  return {
+    owner: 'platform-team',
+    order: index,
+    reviewers: ['alice', 'bob', 'carol'],
+    links: Array.from({ length: 4 }, (_, i) => ({
+      rel: i === 0 ? 'source' : 'related',
+      href: `https://git.example.com/playbooks/runbook-${index}/section-${i}`,
+    })),
+    steps: Array.from({ length: 4 }, (_, i) => ({
+      id: `step-${i + 1}`,
+      title: `Check the state of component ${i + 1} and record it`,
+      timeoutSeconds: 60 * (i + 1),
+    })),
+  };
+}
+
+export interface TreeOptions {
+  readonly resources: number;
+  /** Catalog slug; the tree holds this one catalog. */
+  readonly slug: string;
+  /** Characters of content per resource. */
+  readonly contentChars: number;
+}
+
+/**
+ * Writes a tree of one catalog (D15 layout) and returns its folder. Resources are spread over five
+ * kinds; each has a manifest of about 1 KB and `contentChars` of markdown.
+ */
+export function writeTree(dir: string, options: TreeOptions): string {
+  const resources = path.join(dir, options.slug, 'resources');
+  fs.mkdirSync(resources, { recursive: true });
+  fs.writeFileSync(
+    path.join(dir, options.slug, 'catalog.json'),
+    JSON.stringify({
+      name: 'Benchmark catalog',
+      version: '1.0.0',
+      facets: { capability: ['benchmarking'] },
+    }),
+  );
+  const paragraph = 'A paragraph of playbook guidance, long enough to be realistic.\n\n';
+  for (let i = 0; i < options.resources; i++) {
+    const slug = `resource-${String(i).padStart(6, '0')}`;
+    const body = paragraph.repeat(Math.max(1, Math.ceil(options.contentChars / paragraph.length)));
+    fs.writeFileSync(
+      path.join(resources, `${slug}.json`),
+      JSON.stringify({
+        kind: KINDS[i % KINDS.length],
+        title: `Resource ${i}`,
+        description: `How the platform team handles situation number ${i}.`,
+        version: '1.0.0',
+        mediaType: 'text/markdown',
+        manifest: manifestOf(i),
+        facets: { technology: ['node'], channel: ['stable'] },
+        content: `# ${slug}\n\n${body}`.slice(0, options.contentChars),
+      }),
+    );
+  }
+  return dir;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Load.
+
+export interface LoadResult {
+  readonly rps: number;
+  readonly p50Ms: number;
+  readonly p99Ms: number;
+  /** Answers whose status was neither 2xx nor 3xx, as wrk counts them. */
+  readonly errors: number;
+}
+
+function milliseconds(text: string): number {
+  const match = /^([\d.]+)(us|ms|s|m)$/.exec(text);
+  if (!match) return Number.NaN;
+  const value = Number(match[1]);
+  const unit = match[2];
+  return unit === 'us' ? value / 1000 : unit === 'ms' ? value : unit === 's' ? value * 1000 : value * 60_000;
+}
+
+/**
+ * `wrk -t1 -c<connections> -d<seconds>s --latency` on core 1, with the given headers, against `url`.
+ * A Lua script (optional) may rotate paths.
+ */
+export function wrk(
+  url: string,
+  options: {
+    connections: number;
+    seconds: number;
+    headers?: Record<string, string>;
+    script?: string;
+  },
+): LoadResult {
+  const headerArgs = Object.entries(options.headers ?? {}).flatMap(([name, value]) => [
+    '-H',
+    `${name}: ${value}`,
+  ]);
+  const scriptArgs = options.script === undefined ? [] : ['-s', options.script];
+  const [command, args] = pinned(1, 'wrk', [
+    '-t1',
+    `-c${options.connections}`,
+    `-d${options.seconds}s`,
+    '--latency',
+    '--timeout',
+    '5s',
+    ...headerArgs,
+    ...scriptArgs,
+    url,
+  ]);
+  const output = execFileSync(command, args, { stdio: ['ignore', 'pipe', 'inherit'] }).toString();
+  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(output)?.[1]);
+  const p50Ms = milliseconds(/\s50%\s+(\S+)/.exec(output)?.[1] ?? '');
+  const p99Ms = milliseconds(/\s99%\s+(\S+)/.exec(output)?.[1] ?? '');
+  const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(output)?.[1] ?? 0);
+  const socketErrors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(output);
+  const errors = non2xx + (socketErrors ? socketErrors.slice(1).reduce((sum, n) => sum + Number(n), 0) : 0);
+  if (!Number.isFinite(rps) || !Number.isFinite(p99Ms)) throw new Error(`could not read wrk's output:\n${output}`);
+  return { rps, p50Ms, p99Ms, errors };
+}
