@@ -226,6 +226,7 @@ export function wrk(
   const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(output)?.[1] ?? 0);
   const socketErrors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(output);
   const errors = non2xx + (socketErrors ? socketErrors.slice(1).reduce((sum, n) => sum + Number(n), 0) : 0);
-  if (!Number.isFinite(rps) || !Number.isFinite(p99Ms)) throw new Error(`could not read wrk's output:\n${output}`);
+  if (!Number.isFinite(rps) || !Number.isFinite(p99Ms))
+    throw new Error(`could not read wrk's output:\n${output}`);
   return { rps, p50Ms, p99Ms, errors };
 }

@@ -36,6 +36,11 @@ const EnvSchema = Type.Object({
     default: 'false',
     description: 'false, true, a hop count, or comma-separated proxy addresses/CIDRs',
   }),
+  PLAYBOOK_ANSWER_CACHE_BYTES: Type.Integer({
+    minimum: 0,
+    maximum: 2 ** 40,
+    default: 64 * 1024 * 1024,
+  }),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' },
@@ -67,6 +72,8 @@ export interface Config {
     readonly clockToleranceS: number;
   };
   readonly rateLimit: { readonly max: number; readonly windowMs: number; readonly authFailureMax: number };
+  /** Memory for read answers, compressed forms included (`PLAYBOOK_ANSWER_CACHE_BYTES`). */
+  readonly answerCacheBytes: number;
   readonly logLevel: string;
   /** Proxies whose `X-Forwarded-For` names the client: none, all, a hop count, or addresses. */
   readonly trustProxy: boolean | number | string[];
@@ -175,6 +182,7 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
       windowMs: env.PLAYBOOK_RATE_LIMIT_WINDOW_MS,
       authFailureMax: env.PLAYBOOK_AUTH_FAILURE_MAX,
     },
+    answerCacheBytes: env.PLAYBOOK_ANSWER_CACHE_BYTES,
     logLevel: env.LOG_LEVEL,
     trustProxy: parseTrustProxy(env.PLAYBOOK_TRUST_PROXY),
   };

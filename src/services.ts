@@ -2,7 +2,9 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import type { Authenticator } from './auth/authenticator.js';
 import { createIdentity, type Identity, type IdentityOptions } from './auth/identity.js';
-import { connectRedisSharedState } from './auth/redis-shared-state.js';
+import type { RateLimits } from './auth/rate-limits.js';
+import { AnswerCache } from './catalog/answer-cache.js';
+import { DataGeneration } from './catalog/data-generation.js';
 import { PlaybookService } from './catalog/playbook-service.js';
 import type { Config } from './config.js';
 import { ContentReader } from './content/content-reader.js';
@@ -11,6 +13,7 @@ import { DatabaseContentStore } from './content/database-store.js';
 import { DirectoryContentStore } from './content/directory-store.js';
 import { S3ContentStore } from './content/s3-store.js';
 import { createDatabases, type Databases } from './db/create-db.js';
+import { connectRedisSharedState } from './redis/redis-shared-state.js';
 import type { ReadinessCheck } from './routes/operations.js';
 
 /** The long-lived parts every command shares, built once from the configuration. */
@@ -20,9 +23,13 @@ export interface Services {
   /** The object store that holds `object-storage` content (a directory, or S3). */
   readonly objectStore: ContentStore;
   readonly content: ContentReader;
+  /** Read answers kept in memory, and the data generation that says when they are stale. */
+  readonly answers: AnswerCache;
+  readonly generation: DataGeneration;
   readonly playbook: PlaybookService;
   readonly readiness: ReadinessCheck[];
   readonly authenticator: Authenticator;
+  readonly rateLimits: RateLimits;
   /** API keys, access tokens and rate limits (D7-D10). */
   readonly identity: Identity;
   /** Route plugins beyond the playbook reads (the identity area). */
@@ -63,7 +70,6 @@ export function createServices(
     onIntegrityError: (details) =>
       logger.error(details, 'stored content does not match its hash; not served'),
   });
-  const playbook = new PlaybookService(databases.reader, content);
   const readiness: ReadinessCheck[] = [
     { name: 'database', check: async () => void (await sql`select 1`.execute(databases.primary)) },
     { name: 'contentStore', check: () => objectStore.check() },
@@ -84,6 +90,14 @@ export function createServices(
           ...(options.identity?.now ? { now: options.identity.now } : {}),
         });
   if (redis) readiness.push({ name: 'redis', optional: true, check: () => redis.check() });
+  // Read from the database reads go to: a generation seen there comes with the data it stands for.
+  const generation = new DataGeneration(databases.reader, {
+    logger,
+    ...(redis ? { changes: redis.dataChanges } : {}),
+  });
+  const answers = new AnswerCache(config.answerCacheBytes);
+  generation.onChange(() => answers.clear());
+  const playbook = new PlaybookService(databases.reader, content, answers);
   const identity = createIdentity(config, databases.primary, logger, {
     ...options.identity,
     ...(redis ? { revocations: redis.revocations, rateCounter: redis.rateCounter } : {}),
@@ -93,13 +107,17 @@ export function createServices(
     databases,
     objectStore,
     content,
+    answers,
+    generation,
     playbook,
     readiness,
     authenticator: identity.authenticator,
+    rateLimits: identity.rateLimits,
     identity,
     plugins: [identity.routes],
     gettingStarted: (address) => identity.gettingStarted(address),
     close: async () => {
+      generation.stop();
       // Pending lastUsedAt times are written while the database is still open.
       await identity.close();
       await redis?.close();

@@ -1,10 +1,10 @@
+import type { Broadcast } from '../broadcast.js';
 import type { ApiKeyRow, Db } from '../db/tables.js';
 import { ForbiddenError, InputError, NotFoundError } from '../errors.js';
 import type { ApiKey, CreateApiKeyBody, CreatedApiKey } from '../schemas/identity.js';
 import * as repo from './api-key-repository.js';
 import { type Environment, generateApiKey } from './key-format.js';
 import type { Scope } from './principal.js';
-import type { RevocationBus } from './revocation-bus.js';
 import type { SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 
@@ -19,7 +19,7 @@ export type RevokeOutcome = 'revoked' | 'already-revoked' | 'not-found';
 export interface ApiKeyServiceOptions {
   readonly environment: Environment;
   readonly hasher: SecretHasher;
-  readonly revocations: RevocationBus;
+  readonly revocations: Broadcast;
   /** Uses not yet written, so that a list shows them before the next flush. */
   readonly usage?: UsageRecorder;
   readonly now?: () => number;

@@ -1,9 +1,9 @@
 import { LRUCache } from 'lru-cache';
+import type { Broadcast } from '../broadcast.js';
 import { AuthenticationError } from '../errors.js';
 import type { ApiKeyWithPlan } from './api-key-repository.js';
 import { type Environment, parseApiKey } from './key-format.js';
 import type { Scope } from './principal.js';
-import type { RevocationBus } from './revocation-bus.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 
@@ -36,7 +36,7 @@ interface CachedKey {
 export interface ApiKeyVerifierOptions {
   readonly lookup: ApiKeyLookup;
   readonly hasher: SecretHasher;
-  readonly revocations: RevocationBus;
+  readonly revocations: Broadcast;
   readonly usage: UsageRecorder;
   readonly environment: Environment;
   readonly now?: () => number;
@@ -101,7 +101,7 @@ export class ApiKeyVerifier {
     if (entry.environment !== environment) {
       throw new AuthenticationError(`this deployment accepts only ${environment} API keys`);
     }
-    this.options.usage.record(entry.keyId, new Date(now).toISOString());
+    this.options.usage.record(entry.keyId, now);
     return { keyId: entry.keyId, accountId: entry.accountId, plan: entry.plan, scopes: entry.scopes };
   }
 

@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AuthenticationError, ForbiddenError } from '../errors.js';
 import type { Principal, Scope } from './principal.js';
-import type { AccessLimiter, RateLimits } from './rate-limits.js';
+import type { AccessLimiter } from './rate-limits.js';
 
 /** Which credentials a route takes: the reads take either; key management only an access token (D8). */
 export type CredentialPolicy = 'api-key-or-token' | 'access-token';
@@ -9,11 +9,6 @@ export type CredentialPolicy = 'api-key-or-token' | 'access-token';
 /** Turns a request's credential into a principal, or throws `AuthenticationError` / `ForbiddenError`. */
 export interface Authenticator {
   authenticate(request: FastifyRequest, policy: CredentialPolicy): Promise<Principal>;
-  /**
-   * The rate limits that go with this authenticator (D10), installed on the app before any route.
-   * They travel with it because they are keyed on what it resolves; test doubles leave them out.
-   */
-  readonly rateLimits?: RateLimits;
 }
 
 declare module 'fastify' {

@@ -5,7 +5,6 @@ import type { AccountPlans } from './account-plans.js';
 import type { ApiKeyVerifier } from './api-key-verifier.js';
 import type { Authenticator, CredentialPolicy } from './authenticator.js';
 import { DEFAULT_PLAN, type Principal, type Scope } from './principal.js';
-import type { RateLimits } from './rate-limits.js';
 
 /** What an access token may do on the reads (D7): read, nothing else. */
 const TOKEN_SCOPES: ReadonlySet<Scope> = new Set<Scope>(['playbook:read']);
@@ -28,7 +27,6 @@ export class CredentialAuthenticator implements Authenticator {
     private readonly keys: ApiKeyVerifier,
     private readonly tokens: AccessTokenVerifier,
     private readonly plans: AccountPlans,
-    readonly rateLimits?: RateLimits,
   ) {}
 
   async authenticate(request: FastifyRequest, policy: CredentialPolicy): Promise<Principal> {

@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { RemoteJWKSetOptions } from 'jose';
+import { type Broadcast, InProcessBroadcast } from '../broadcast.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/tables.js';
 import { identityRoutes } from '../routes/identity.js';
@@ -11,14 +12,13 @@ import { type ApiKeyLookup, ApiKeyVerifier } from './api-key-verifier.js';
 import { CredentialAuthenticator } from './credential-authenticator.js';
 import { DevTokenSigner } from './dev-signer.js';
 import { MemoryRateCounter, type RateCounter, RateLimits } from './rate-limits.js';
-import { InProcessRevocationBus, type RevocationBus } from './revocation-bus.js';
 import { type SecretHasher, sha256Hasher } from './secret-digest.js';
 import { UsageRecorder } from './usage-recorder.js';
 
 /** Replaceable parts, for tests and for the multi-instance step (a Redis bus and counter). */
 export interface IdentityOptions {
   readonly hasher?: SecretHasher;
-  readonly revocations?: RevocationBus;
+  readonly revocations?: Broadcast;
   readonly rateCounter?: RateCounter;
   /** Wraps the storage lookup of the key verifier (tests count storage reads with it). */
   readonly keyLookup?: (lookup: ApiKeyLookup) => ApiKeyLookup;
@@ -32,6 +32,8 @@ export interface IdentityOptions {
 /** Identity and access (D7-D10) as one unit: what the app, the CLI and the tests compose. */
 export interface Identity {
   readonly authenticator: CredentialAuthenticator;
+  /** D10, keyed on what the authenticator resolves: handed to `buildApp` beside it. */
+  readonly rateLimits: RateLimits;
   readonly keys: ApiKeyService;
   readonly verifier: ApiKeyVerifier;
   readonly tokens: AccessTokenVerifier;
@@ -55,7 +57,7 @@ export function createIdentity(
 ): Identity {
   const now = options.now ?? Date.now;
   const hasher = options.hasher ?? sha256Hasher;
-  const revocations = options.revocations ?? new InProcessRevocationBus();
+  const revocations = options.revocations ?? new InProcessBroadcast();
   const usage = new UsageRecorder(db, logger, options.usageFlushIntervalMs);
   const storage: ApiKeyLookup = { find: (keyId) => findApiKeyWithPlan(db, keyId) };
   const verifier = new ApiKeyVerifier({
@@ -78,11 +80,12 @@ export function createIdentity(
     ? AccessTokenVerifier.embedded(signer, claims)
     : AccessTokenVerifier.remote(config.jwt.jwksUrl!, claims, options.jwks);
   const rateLimits = new RateLimits(config.rateLimit, options.rateCounter ?? new MemoryRateCounter(now));
-  const authenticator = new CredentialAuthenticator(verifier, tokens, new AccountPlans(db, now), rateLimits);
+  const authenticator = new CredentialAuthenticator(verifier, tokens, new AccountPlans(db, now));
   const keys = new ApiKeyService(db, { environment: config.environment, hasher, revocations, usage, now });
 
   return {
     authenticator,
+    rateLimits,
     keys,
     verifier,
     tokens,

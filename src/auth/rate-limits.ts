@@ -1,5 +1,4 @@
-import rateLimit, { type FastifyRateLimitStore } from '@fastify/rate-limit';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { LRUCache } from 'lru-cache';
 import { RateLimitError } from '../errors.js';
 import type { Credential } from './principal.js';
@@ -50,29 +49,6 @@ export class MemoryRateCounter implements RateCounter {
   }
 }
 
-/**
- * `@fastify/rate-limit`'s store contract, served by a `RateCounter`. The library keeps what it is good
- * at (headers, the 429, key generation); the counts live behind our interface.
- */
-function storeOf(counter: RateCounter) {
-  return class CounterStore implements FastifyRateLimitStore {
-    incr(
-      key: string,
-      callback: (error: Error | null, result?: { current: number; ttl: number }) => void,
-      timeWindow?: number,
-    ): void {
-      counter.increment(key, timeWindow ?? 60_000).then(
-        ({ count, resetInMs }) => callback(null, { current: count, ttl: resetInMs }),
-        (error: unknown) => callback(error instanceof Error ? error : new Error(String(error))),
-      );
-    }
-
-    child(): FastifyRateLimitStore {
-      return new CounterStore();
-    }
-  };
-}
-
 /** What the auth hook asks of rate limiting, in the order it asks (D10). */
 export interface AccessLimiter {
   /** Before any credential work: an address over its failed-authentication budget gets a 429. */
@@ -104,59 +80,60 @@ function seconds(ms: number): number {
 }
 
 /**
- * Rate limits of D10. `install` registers `@fastify/rate-limit` (draft-spec `RateLimit-*` headers,
- * no automatic per-route hook) and returns the limiter the auth hook calls, so that counting happens
- * after authentication and every answer, refusals included, carries the headers.
+ * Rate limits of D10, counted by a `RateCounter` (this process's, or Redis's shared by every
+ * instance). The auth hook calls them in order: `admit` before any credential work, then
+ * `recordFailure` or `consume`, so that every answer, refusals included, carries the
+ * `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` headers (seconds), and a 429 its
+ * `Retry-After`.
+ *
+ * Written here rather than with `@fastify/rate-limit`: once counting sits behind our own counter and
+ * is called from our own hook, what the plugin added was its per-request machinery, measured at a
+ * tenth of a cached read's time.
  */
-export class RateLimits {
+export class RateLimits implements AccessLimiter {
   constructor(
     private readonly settings: RateLimitSettings,
     private readonly counter: RateCounter,
   ) {}
 
-  async install(app: FastifyInstance): Promise<AccessLimiter> {
-    const { max, windowMs, authFailureMax } = this.settings;
-    await app.register(rateLimit, {
-      global: false,
-      max,
-      timeWindow: windowMs,
-      enableDraftSpec: true,
-      store: storeOf(this.counter),
-      keyGenerator: (request) =>
-        request.principal ? credentialKey(request.principal.credential) : `address:${request.ip}`,
-      errorResponseBuilder: (_request, context) =>
-        new RateLimitError(
-          `at most ${context.max} requests per ${seconds(windowMs)} s; retry in ${context.after}`,
-          seconds(context.ttl),
-        ),
-    });
-    const consumeHandler = app.rateLimit();
-    const counter = this.counter;
-    const failureKey = (request: FastifyRequest) => `auth-failures:${request.ip}`;
-    const describeFailures = (reply: FastifyReply, count: number, resetInMs: number) => {
-      reply.header('ratelimit-limit', authFailureMax);
-      reply.header('ratelimit-remaining', Math.max(0, authFailureMax - count));
-      reply.header('ratelimit-reset', seconds(resetInMs));
-    };
-
-    return {
-      admit: async (request, reply) => {
-        const { count, resetInMs } = await counter.peek(failureKey(request), windowMs);
-        if (count < authFailureMax) return;
-        describeFailures(reply, count, resetInMs);
-        throw new RateLimitError(
-          'too many failed authentications from this address; retry later',
-          seconds(resetInMs),
-        );
-      },
-      recordFailure: async (request, reply) => {
-        // On a refusal the headers describe the address's remaining failed-authentication budget.
-        const { count, resetInMs } = await counter.increment(failureKey(request), windowMs);
-        describeFailures(reply, count, resetInMs);
-      },
-      consume: async (request, reply) => {
-        await consumeHandler.call(app, request, reply);
-      },
-    };
+  async admit(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    const { authFailureMax, windowMs } = this.settings;
+    const { count, resetInMs } = await this.counter.peek(failureKey(request), windowMs);
+    if (count < authFailureMax) return;
+    describe(reply, authFailureMax, count, resetInMs);
+    throw new RateLimitError(
+      'too many failed authentications from this address; retry later',
+      seconds(resetInMs),
+    );
   }
+
+  async recordFailure(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    // On a refusal the headers describe the address's remaining failed-authentication budget.
+    const { count, resetInMs } = await this.counter.increment(failureKey(request), this.settings.windowMs);
+    describe(reply, this.settings.authFailureMax, count, resetInMs);
+  }
+
+  async consume(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    const { max, windowMs } = this.settings;
+    const key = request.principal ? credentialKey(request.principal.credential) : `address:${request.ip}`;
+    const { count, resetInMs } = await this.counter.increment(key, windowMs);
+    describe(reply, max, count, resetInMs);
+    if (count > max) {
+      const retryAfter = seconds(resetInMs);
+      throw new RateLimitError(
+        `at most ${max} requests per ${seconds(windowMs)} s; retry in ${retryAfter} s`,
+        retryAfter,
+      );
+    }
+  }
+}
+
+function failureKey(request: FastifyRequest): string {
+  return `auth-failures:${request.ip}`;
+}
+
+function describe(reply: FastifyReply, limit: number, count: number, resetInMs: number): void {
+  reply.header('ratelimit-limit', limit);
+  reply.header('ratelimit-remaining', Math.max(0, limit - count));
+  reply.header('ratelimit-reset', seconds(resetInMs));
 }

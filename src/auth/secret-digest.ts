@@ -1,4 +1,4 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { hash, timingSafeEqual } from 'node:crypto';
 
 /**
  * Turns a key secret into the fixed-length digest that is stored and compared. Injectable so that
@@ -14,7 +14,7 @@ export interface SecretHasher {
  * request. Salting adds nothing for the same reason.
  */
 export const sha256Hasher: SecretHasher = {
-  digest: (secret) => createHash('sha256').update(secret, 'utf8').digest(),
+  digest: (secret) => hash('sha256', secret, 'buffer'),
 };
 
 /** Constant-time equality of two digests of the same hasher (always the same length). */

@@ -11,7 +11,8 @@ const BATCH_SIZE = 500;
  * loses at most one interval of usage times, which is what a "last used" hint can afford.
  */
 export class UsageRecorder {
-  private uses = new Map<string, string>();
+  /** The latest use of each key, in milliseconds since the epoch: turned into text only when written. */
+  private uses = new Map<string, number>();
   private readonly timer: NodeJS.Timeout;
   private flushing: Promise<void> = Promise.resolve();
 
@@ -25,15 +26,16 @@ export class UsageRecorder {
     this.timer.unref();
   }
 
-  /** Notes a use; cheap enough for every request. */
-  record(keyId: string, at: string): void {
+  /** Notes a use at `atMs`; cheap enough for every request. */
+  record(keyId: string, atMs: number): void {
     const previous = this.uses.get(keyId);
-    if (previous === undefined || previous < at) this.uses.set(keyId, at);
+    if (previous === undefined || previous < atMs) this.uses.set(keyId, atMs);
   }
 
   /** The latest use of a key not yet written, if any. */
   pending(keyId: string): string | undefined {
-    return this.uses.get(keyId);
+    const at = this.uses.get(keyId);
+    return at === undefined ? undefined : new Date(at).toISOString();
   }
 
   /** Writes what was collected. Flushes never overlap; a failed batch is retried on the next one. */
@@ -48,11 +50,13 @@ export class UsageRecorder {
     this.uses = new Map();
     const entries = [...batch];
     for (let start = 0; start < entries.length; start += BATCH_SIZE) {
-      const chunk = new Map(entries.slice(start, start + BATCH_SIZE));
+      const chunk = new Map(
+        entries.slice(start, start + BATCH_SIZE).map(([keyId, at]) => [keyId, new Date(at).toISOString()]),
+      );
       try {
         await recordLastUsed(this.db, chunk);
       } catch (error) {
-        for (const [keyId, at] of chunk) this.record(keyId, at);
+        for (const [keyId, at] of chunk) this.record(keyId, Date.parse(at));
         this.logger.warn({ err: error, keys: chunk.size }, 'could not record API key usage; will retry');
       }
     }

@@ -1,21 +1,24 @@
-import type { ResourceVersionRow } from '../db/tables.js';
-import type { Facets, LifecycleStatus, Manifest, Owner, SourceScope } from '../schemas/common.js';
+import type { CatalogRow } from '../db/tables.js';
+import type { Facets, Manifest, Owner, SourceScope } from '../schemas/common.js';
 import type {
+  Catalog,
   ResourceDetail,
-  ResourceKind,
   ResourceListItem,
   ResourcePin,
   ResourceVersionDetail,
   ResourceVersionSummary,
-  StorageBackend,
-  VersionStatus,
 } from '../schemas/playbook.js';
-import type { CatalogWithVersionRow, ResourceDetailRow, ResourceListRow } from './read-repository.js';
-import type { CatalogHead, CatalogVersionObject } from './serializers.js';
+import type {
+  CurrentCatalogVersionRow,
+  ResourceDetailRow,
+  ResourceListRow,
+  VersionDetailRow,
+  VersionSummaryRow,
+} from './read-repository.js';
 
 /**
- * Rows to API objects, in one place. Optional fields are left out rather than sent as null, and
- * nothing that is not in the contract (account ids, storage keys) is copied across.
+ * Rows to API objects, one mapper per shape of the contract. Optional fields are left out rather than
+ * sent as null, and nothing that is not in the contract (account ids, storage keys) is copied across.
  */
 
 type Optional<T> = { [K in keyof T]?: T[K] };
@@ -37,11 +40,8 @@ function ownership(accountId: string | null): { sourceScope: SourceScope; owner:
   return accountId === null ? { sourceScope: 'svc', owner: 'svc' } : { sourceScope: 'account', owner: 'org' };
 }
 
-export function catalogHumanRef(accountId: string | null, slug: string): string {
-  return `${ownership(accountId).owner}/${slug}`;
-}
-
-export function toCatalogHead(row: CatalogWithVersionRow): CatalogHead {
+/** A Catalog, with its current version and that version's pins. */
+export function toCatalog(row: CatalogRow, version: CurrentCatalogVersionRow | undefined): Catalog {
   const { sourceScope, owner } = ownership(row.account_id);
   return {
     id: row.id,
@@ -50,7 +50,7 @@ export function toCatalogHead(row: CatalogWithVersionRow): CatalogHead {
     slug: row.slug,
     humanRef: `${owner}/${row.slug}`,
     name: row.name,
-    status: row.status as LifecycleStatus,
+    status: row.status,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
     ...optional({
@@ -58,120 +58,31 @@ export function toCatalogHead(row: CatalogWithVersionRow): CatalogHead {
       description: row.description,
       facets: parseFacets(row.facets) ?? null,
     }),
+    ...(version
+      ? {
+          currentVersion: {
+            id: version.id,
+            version: version.version,
+            resourcePins: JSON.parse(version.pins) as ResourcePin[],
+            manifestHash: version.manifest_hash,
+            resourceCount: Number(version.resource_count),
+            ...optional({ publishedAt: version.published_at }),
+          },
+        }
+      : {}),
   };
 }
 
-/** The columns of a catalog version that `listCatalogs` reads beside its Catalog (all but the pins). */
-export interface CatalogVersionColumns {
-  readonly id: string;
-  readonly version: string;
-  readonly manifest_hash: string;
-  readonly resource_count: number;
-  readonly published_at: string | null;
-}
-
-/** The current version's columns of a Catalog row, or none when it has no current version. */
-export function catalogVersionColumnsOf(row: CatalogWithVersionRow): CatalogVersionColumns | undefined {
-  if (row.cv_id === null) return undefined;
-  return {
-    id: row.cv_id,
-    version: row.cv_version!,
-    manifest_hash: row.cv_manifest_hash!,
-    resource_count: row.cv_resource_count!,
-    published_at: row.cv_published_at,
-  };
-}
-
-export function toCatalogVersion(columns: CatalogVersionColumns, pins: string): CatalogVersionObject {
-  return {
-    id: columns.id,
-    version: columns.version,
-    resourcePins: JSON.parse(pins) as ResourcePin[],
-    manifestHash: columns.manifest_hash,
-    resourceCount: Number(columns.resource_count),
-    ...optional({ publishedAt: columns.published_at }),
-  };
-}
-
-type VersionSummaryColumns = {
-  v_id: string;
-  v_version: string;
-  v_content_hash: string;
-  v_content_size_bytes: number;
-  v_media_type: string;
-  v_storage_backend: string;
-  v_status: string;
-  v_published_at: string | null;
-  v_superseded_at: string | null;
-  v_archived_at: string | null;
-};
-
-function joinedVersionSummary(row: VersionSummaryColumns): ResourceVersionSummary {
-  return {
-    id: row.v_id,
-    version: row.v_version,
-    contentHash: row.v_content_hash,
-    contentSizeBytes: Number(row.v_content_size_bytes),
-    mediaType: row.v_media_type,
-    storageBackend: row.v_storage_backend as StorageBackend,
-    status: row.v_status as VersionStatus,
-    ...optional({
-      publishedAt: row.v_published_at,
-      supersededAt: row.v_superseded_at,
-      archivedAt: row.v_archived_at,
-    }),
-  };
-}
-
-function resourceFields(row: ResourceListRow | ResourceDetailRow) {
-  const { sourceScope, owner } = ownership(row.catalog_account_id);
-  return {
-    id: row.id,
-    catalogId: row.catalog_id,
-    catalogHumanRef: `${owner}/${row.catalog_slug}`,
-    sourceScope,
-    slug: row.slug,
-    humanRef: `${owner}/${row.catalog_slug}/${row.slug}`,
-    kind: row.kind as ResourceKind,
-    title: row.title,
-    status: row.status as LifecycleStatus,
-    manifest: JSON.parse(row.manifest) as Manifest,
-    createdAt: row.created_at,
-    updatedAt: row.updated_at,
-    ...optional({
-      archivedAt: row.archived_at,
-      description: row.description,
-      facets: parseFacets(row.facets) ?? null,
-    }),
-  };
-}
-
-export function toResourceListItem(row: ResourceListRow): ResourceListItem {
-  const item: ResourceListItem = resourceFields(row);
-  if (row.v_id !== null) item.currentVersion = joinedVersionSummary(row as VersionSummaryColumns);
-  return item;
-}
-
-export function toResourceDetail(row: ResourceDetailRow, content: string): ResourceDetail {
-  return {
-    ...resourceFields(row),
-    currentVersion: {
-      ...joinedVersionSummary(row),
-      manifest: JSON.parse(row.v_manifest) as Manifest,
-      content,
-    },
-  };
-}
-
-export function toVersionSummary(row: ResourceVersionRow): ResourceVersionSummary {
+/** A Resource Version without manifest or content: list items, and the version history. */
+export function toVersionSummary(row: VersionSummaryRow): ResourceVersionSummary {
   return {
     id: row.id,
     version: row.version,
     contentHash: row.content_hash,
     contentSizeBytes: Number(row.content_size_bytes),
     mediaType: row.media_type,
-    storageBackend: row.storage_backend as StorageBackend,
-    status: row.status as VersionStatus,
+    storageBackend: row.storage_backend,
+    status: row.status,
     ...optional({
       publishedAt: row.published_at,
       supersededAt: row.superseded_at,
@@ -180,6 +91,40 @@ export function toVersionSummary(row: ResourceVersionRow): ResourceVersionSummar
   };
 }
 
-export function toVersionDetail(row: ResourceVersionRow, content: string): ResourceVersionDetail {
+/** A Resource Version with its manifest and content: the version detail, and a Resource's current one. */
+export function toVersionDetail(row: VersionDetailRow, content: string): ResourceVersionDetail {
   return { ...toVersionSummary(row), manifest: JSON.parse(row.manifest) as Manifest, content };
+}
+
+function resourceFields({ resource, catalogAccountId, catalogSlug }: ResourceListRow) {
+  const { sourceScope, owner } = ownership(catalogAccountId);
+  return {
+    id: resource.id,
+    catalogId: resource.catalog_id,
+    catalogHumanRef: `${owner}/${catalogSlug}`,
+    sourceScope,
+    slug: resource.slug,
+    humanRef: `${owner}/${catalogSlug}/${resource.slug}`,
+    kind: resource.kind,
+    title: resource.title,
+    status: resource.status,
+    manifest: JSON.parse(resource.manifest) as Manifest,
+    createdAt: resource.created_at,
+    updatedAt: resource.updated_at,
+    ...optional({
+      archivedAt: resource.archived_at,
+      description: resource.description,
+      facets: parseFacets(resource.facets) ?? null,
+    }),
+  };
+}
+
+export function toResourceListItem(row: ResourceListRow): ResourceListItem {
+  const item: ResourceListItem = resourceFields(row);
+  if (row.currentVersion) item.currentVersion = toVersionSummary(row.currentVersion);
+  return item;
+}
+
+export function toResourceDetail(row: ResourceDetailRow, content: string): ResourceDetail {
+  return { ...resourceFields(row), currentVersion: toVersionDetail(row.currentVersion, content) };
 }

@@ -1,41 +1,34 @@
 import type { Principal } from '../auth/principal.js';
 import type { ContentReader } from '../content/content-reader.js';
-import { canonicalJson, sha256Hex } from '../content/hash.js';
-import type { Db, ResourceVersionRow } from '../db/tables.js';
+import type { Db } from '../db/tables.js';
 import { ForbiddenError, NotFoundError } from '../errors.js';
+import { Answer, type LazyAnswer, type ReadAnswer, tagOf } from '../http/answer.js';
 import { DEFAULT_PAGE_SIZE, type PageMeta } from '../schemas/common.js';
 import type {
+  Catalog,
   CatalogParams,
   ListCatalogsQuery,
   ListResourcesQuery,
   ListVersionsQuery,
+  ResourceDetail,
+  ResourceListItem,
   ResourceVersionDetail,
   ResourceVersionSummary,
-  StorageBackend,
 } from '../schemas/playbook.js';
-import { AnswerBodies, type SerializedAnswer } from './answer-bodies.js';
+import type { AnswerCache } from './answer-cache.js';
 import {
-  type CatalogVersionColumns,
-  catalogVersionColumnsOf,
   parseFacets,
-  toCatalogHead,
-  toCatalogVersion,
+  toCatalog,
   toResourceDetail,
   toResourceListItem,
   toVersionDetail,
   toVersionSummary,
 } from './mappers.js';
 import * as repo from './read-repository.js';
-import { rowState, type SerializedJson, SerializedRows } from './serialized-rows.js';
-import {
-  catalogOf,
-  serializeCatalogHead,
-  serializeCatalogVersion,
-  serializedPage,
-  serializeResourceDetail,
-  serializeResourceListItem,
-} from './serializers.js';
-import { planAllows } from './visibility.js';
+import { audienceOf, planAllows } from './visibility.js';
+
+/** The route's own response serializer for one shape (Fastify compiles it from the route's schema). */
+export type Serialize<T> = (value: T) => string;
 
 export interface PageOf<T> {
   readonly data: T[];
@@ -47,221 +40,223 @@ interface PageRequest {
   readonly pageSize?: number;
 }
 
+function pageOf(request: PageRequest): { page: number; pageSize: number } {
+  return { page: request.page ?? 1, pageSize: request.pageSize ?? DEFAULT_PAGE_SIZE };
+}
+
 /** Counts first, so that a page past the end costs no second query (D3). */
 async function readPage<R>(
   request: PageRequest,
   count: () => Promise<number>,
   fetch: (window: repo.PageWindow) => Promise<R[]>,
 ): Promise<{ rows: R[]; meta: PageMeta }> {
-  const page = request.page ?? 1;
-  const pageSize = request.pageSize ?? DEFAULT_PAGE_SIZE;
+  const { page, pageSize } = pageOf(request);
   const total = await count();
   const offset = (page - 1) * pageSize;
   const rows = offset < total ? await fetch({ offset, limit: pageSize }) : [];
   return { rows, meta: { page, pageSize, pageCount: Math.ceil(total / pageSize), total } };
 }
 
-/** A Resource Version without its content yet, and the strong validator of its full answer (D11). */
-export interface VersionHandle {
-  readonly row: ResourceVersionRow;
-  readonly etag: string;
+/** A filter's values as one canonical text: the same set in any order and repetition is the same key. */
+function setKey(values: readonly string[] | undefined): string {
+  return [...new Set(values ?? [])].sort().join(',');
 }
-
-/**
- * Bounds of the caches of serialized JSON, in bytes (estimated: two a character). Every entry is
- * checked against the row it was made from on each use, so the bounds trade memory for speed only.
- */
-export interface ReadCacheLimits {
-  /** Catalog heads and Resource list items. */
-  readonly listItemBytes?: number;
-  /** Catalog versions with their pins, the bulk of a Catalog list. */
-  readonly catalogVersionBytes?: number;
-  /** Resource details, content included. */
-  readonly detailBytes?: number;
-  /** Whole list pages, by digest. */
-  readonly pageBytes?: number;
-}
-
-const DEFAULT_LIST_ITEM_BYTES = 32 * 1024 * 1024;
-const DEFAULT_CATALOG_VERSION_BYTES = 32 * 1024 * 1024;
-const DEFAULT_DETAIL_BYTES = 32 * 1024 * 1024;
-const DEFAULT_PAGE_BYTES = 32 * 1024 * 1024;
 
 /**
  * The read side of the playbook area: what the four read operations and the history list answer.
  *
- * The two lists and the Resource detail answer JSON assembled from cached serialized parts (see
- * `SerializedRows`). Every request still runs its queries, so visibility (D5) and plans (D6) are
- * decided afresh each time, and every cached part is used only for the very state of the row it was
- * made from; what a row that did not change saves is parsing, serializing and hashing it again. The
- * pins of a catalog version, which never change, are the one thing trusted by id: they are read once.
+ * Each answer is kept in memory (`AnswerCache`) under a key that names the operation, its parameters
+ * and the audience the answer is right for (`audienceOf`): the caller's account, or for service-owned
+ * content every caller on the same plan. Scopes are checked before any of this, by the route. A miss
+ * reads storage through the visibility rules, as for a first request, and keeps what it made; the
+ * cache forgets everything when the data generation moves. So a hit answers exactly what a miss
+ * would, and costs a lookup.
  */
 export class PlaybookService {
-  private readonly catalogHeads: SerializedRows;
-  private readonly catalogVersions: SerializedRows;
-  private readonly resourceItems: SerializedRows;
-  private readonly resourceDetails: SerializedRows;
-  private readonly answers: AnswerBodies;
-
   constructor(
     private readonly db: Db,
     private readonly content: ContentReader,
-    limits: ReadCacheLimits = {},
-  ) {
-    const listItemBytes = limits.listItemBytes ?? DEFAULT_LIST_ITEM_BYTES;
-    this.catalogHeads = new SerializedRows({ maxBytes: listItemBytes });
-    this.resourceItems = new SerializedRows({ maxBytes: listItemBytes });
-    this.catalogVersions = new SerializedRows({
-      maxBytes: limits.catalogVersionBytes ?? DEFAULT_CATALOG_VERSION_BYTES,
-    });
-    this.resourceDetails = new SerializedRows({ maxBytes: limits.detailBytes ?? DEFAULT_DETAIL_BYTES });
-    this.answers = new AnswerBodies(limits.pageBytes ?? DEFAULT_PAGE_BYTES);
-  }
+    private readonly answers: AnswerCache,
+  ) {}
 
-  /** Entries and estimated bytes of each cache, for tests and operators. */
-  get cacheStats() {
-    return {
-      catalogHeads: this.catalogHeads.stats,
-      catalogVersions: this.catalogVersions.stats,
-      resourceItems: this.resourceItems.stats,
-      resourceDetails: this.resourceDetails.stats,
-      pages: this.answers.stats,
-    };
-  }
-
-  async listCatalogs(principal: Principal, query: ListCatalogsQuery): Promise<SerializedAnswer> {
-    const filters: repo.CatalogFilters = { sourceScopes: query.sourceScope, capability: query.capability };
-    const { rows, meta } = await readPage(
-      query,
-      () => repo.countCatalogs(this.db, principal, filters),
-      (window) => repo.listCatalogs(this.db, principal, filters, window),
+  async listCatalogs(
+    principal: Principal,
+    query: ListCatalogsQuery,
+    serialize: Serialize<PageOf<Catalog>>,
+  ): Promise<ReadAnswer> {
+    const scopes = setKey(query.sourceScope);
+    // Service-owned Catalogs are the same for every caller; an account's are its own.
+    const audience = scopes === 'svc' ? 'svc' : `account:${principal.accountId ?? ''}`;
+    const { page, pageSize } = pageOf(query);
+    const key = JSON.stringify(['catalogs', audience, scopes, query.capability ?? null, page, pageSize]);
+    return (
+      this.answers.get(key) ??
+      this.answers.once(key, async () => {
+        const ticket = this.answers.ticket();
+        const filters: repo.CatalogFilters = {
+          sourceScopes: query.sourceScope,
+          capability: query.capability,
+        };
+        const { rows, meta } = await readPage(
+          query,
+          () => repo.countCatalogs(this.db, principal, filters),
+          (window) => repo.listCatalogs(this.db, principal, filters, window),
+        );
+        const data = rows.map((row) => toCatalog(row.catalog, row.currentVersion));
+        return this.keep(key, Answer.json(serialize({ data, meta })), ticket);
+      })
     );
-    const versions = await this.serializedCatalogVersions(rows);
-    const items = rows.map((row) => {
-      const head = this.catalogHeads.get(row.id, rowState(row), () =>
-        serializeCatalogHead(toCatalogHead(row)),
-      );
-      return catalogOf(head, row.cv_id === null ? undefined : versions.get(row.cv_id));
-    });
-    return this.answers.answerOf(serializedPage(items, meta));
-  }
-
-  /**
-   * The serialized current versions of a page of Catalogs. A catalog version never changes once
-   * published (an import publishes a new one for any change of pins, D15), so its pins are read and
-   * serialized once; those not held yet are read together, in one query.
-   */
-  private async serializedCatalogVersions(
-    rows: readonly repo.CatalogWithVersionRow[],
-  ): Promise<Map<string, SerializedJson>> {
-    const found = new Map<string, SerializedJson>();
-    const missing: { columns: CatalogVersionColumns; state: string }[] = [];
-    for (const row of rows) {
-      const columns = catalogVersionColumnsOf(row);
-      if (!columns) continue;
-      // The pins are not part of the state: they never change under one id (and `manifest_hash`,
-      // which is, is their digest).
-      const state = rowState(columns);
-      const held = this.catalogVersions.find(columns.id, state);
-      if (held) found.set(columns.id, held);
-      else missing.push({ columns, state });
-    }
-    const pins = await repo.findCatalogVersionPins(
-      this.db,
-      missing.map(({ columns }) => columns.id),
-    );
-    for (const { columns, state } of missing) {
-      const pinsJson = pins.get(columns.id);
-      // Catalog versions are never deleted while their Catalog exists; this is a broken invariant.
-      if (pinsJson === undefined) throw new Error(`catalog version ${columns.id} vanished while read`);
-      const json = serializeCatalogVersion(toCatalogVersion(columns, pinsJson));
-      found.set(columns.id, this.catalogVersions.remember(columns.id, state, json));
-    }
-    return found;
   }
 
   async listResources(
     principal: Principal,
     params: CatalogParams,
     query: ListResourcesQuery,
-  ): Promise<SerializedAnswer> {
-    const catalog = await repo.findCatalog(this.db, principal, params.owner, params.catalogSlug);
-    if (!catalog) throw new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`);
-    const kinds = query.kind ?? [];
-    const { rows, meta } = await readPage(
-      query,
-      () => repo.countResources(this.db, principal, catalog.id, kinds),
-      (window) => repo.listResources(this.db, principal, catalog.id, kinds, window),
+    serialize: Serialize<PageOf<ResourceListItem>>,
+  ): Promise<ReadAnswer> {
+    const audience = params.owner === 'svc' ? 'svc' : `account:${principal.accountId ?? ''}`;
+    const { page, pageSize } = pageOf(query);
+    const key = `resources|${audience}|${params.catalogSlug}|${setKey(query.kind)}|${page}|${pageSize}`;
+    return (
+      this.answers.get(key) ??
+      this.answers.once(key, async () => {
+        const ticket = this.answers.ticket();
+        const catalog = await repo.findCatalog(this.db, principal, params.owner, params.catalogSlug);
+        if (!catalog) throw new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`);
+        const kinds = query.kind ?? [];
+        const { rows, meta } = await readPage(
+          query,
+          () => repo.countResources(this.db, catalog, kinds),
+          (window) => repo.listResources(this.db, principal, catalog, kinds, window),
+        );
+        return this.keep(key, Answer.json(serialize({ data: rows.map(toResourceListItem), meta })), ticket);
+      })
     );
-    const items = rows.map((row) =>
-      this.resourceItems.get(row.id, row.columns, () =>
-        serializeResourceListItem(toResourceListItem(repo.resourceListRowOf(row.columns))),
-      ),
+  }
+
+  async getResource(
+    principal: Principal,
+    resourceId: string,
+    serialize: Serialize<ResourceDetail>,
+  ): Promise<ReadAnswer> {
+    const key = (audience: string) => `resource|${audience}|${resourceId}`;
+    return (
+      this.heldFor(principal, key) ??
+      this.answers.once(key(`${principal.plan}:${principal.accountId}`), async () => {
+        const ticket = this.answers.ticket();
+        const row = await repo.findResource(this.db, principal, resourceId);
+        if (!row) throw new NotFoundError(`resource ${resourceId} not found`);
+        this.checkPlan(principal, row.catalogAccountId, row.resource.facets);
+        const { content_hash, storage_backend } = row.currentVersion;
+        const content = await this.content.read(storage_backend, content_hash);
+        const answer = Answer.json(serialize(toResourceDetail(row, content)));
+        return this.keep(key(audienceOf(principal, row.catalogAccountId)), answer, ticket);
+      })
     );
-    return this.answers.answerOf(serializedPage(items, meta));
-  }
-
-  /**
-   * Visibility and plan are checked on every request, before anything cached is looked at. The detail
-   * is then a function of its row (which names its content by hash, and content under a hash never
-   * changes), so it is serialized, and its content loaded and verified (D12), once per state of the row.
-   */
-  async getResource(principal: Principal, resourceId: string): Promise<SerializedAnswer> {
-    const row = await repo.findResource(this.db, principal, resourceId);
-    if (!row) throw new NotFoundError(`resource ${resourceId} not found`);
-    this.checkPlan(principal, row.catalog_account_id, row.facets);
-    const state = rowState(row);
-    const held = this.resourceDetails.find(row.id, state);
-    if (held) return this.answers.answerOf(held);
-    const content = await this.content.read(row.v_storage_backend as StorageBackend, row.v_content_hash);
-    const json = serializeResourceDetail(toResourceDetail(row, content));
-    return this.answers.answerOf(this.resourceDetails.remember(row.id, state, json));
-  }
-
-  /** Visibility, then plan: a version is looked at only once its Resource may be. */
-  private async gateResource(principal: Principal, resourceId: string): Promise<void> {
-    const gate = await repo.findResourceGate(this.db, principal, resourceId);
-    if (!gate) throw new NotFoundError(`resource ${resourceId} not found`);
-    this.checkPlan(principal, gate.catalog_account_id, gate.facets);
-  }
-
-  private checkPlan(principal: Principal, catalogAccountId: string | null, facets: string | null): void {
-    if (!planAllows(principal, catalogAccountId === null, parseFacets(facets))) {
-      throw new ForbiddenError('this resource needs a plan the account does not have', 'plan_required');
-    }
-  }
-
-  /**
-   * One query when the version is there to answer; otherwise the Resource's gate says why not, in the
-   * order of the rules: a Resource not visible (404), then its plan (403), then the version (404).
-   */
-  async findVersion(principal: Principal, resourceId: string, versionId: string): Promise<VersionHandle> {
-    const row = await repo.findVersion(this.db, principal, resourceId, versionId);
-    if (!row) {
-      await this.gateResource(principal, resourceId);
-      throw new NotFoundError(`version ${versionId} of resource ${resourceId} not found`);
-    }
-    this.checkPlan(principal, row.catalog_account_id, row.resource_facets);
-    return { row, etag: `"${sha256Hex(canonicalJson(toVersionSummary(row)) + row.manifest)}"` };
-  }
-
-  async loadVersion(handle: VersionHandle): Promise<ResourceVersionDetail> {
-    const { row } = handle;
-    const content = await this.content.read(row.storage_backend as StorageBackend, row.content_hash);
-    return toVersionDetail(row, content);
   }
 
   async listVersions(
     principal: Principal,
     resourceId: string,
     query: ListVersionsQuery,
-  ): Promise<PageOf<ResourceVersionSummary>> {
-    await this.gateResource(principal, resourceId);
-    const { rows, meta } = await readPage(
-      query,
-      () => repo.countVersions(this.db, principal, resourceId),
-      (window) => repo.listVersions(this.db, principal, resourceId, window),
+    serialize: Serialize<PageOf<ResourceVersionSummary>>,
+  ): Promise<ReadAnswer> {
+    const { page, pageSize } = pageOf(query);
+    const key = (audience: string) => `versions|${audience}|${resourceId}|${page}|${pageSize}`;
+    return (
+      this.heldFor(principal, key) ??
+      this.answers.once(key(`${principal.plan}:${principal.accountId}`), async () => {
+        const ticket = this.answers.ticket();
+        const gate = await this.gateResource(principal, resourceId);
+        const { rows, meta } = await readPage(
+          query,
+          () => repo.countVersions(this.db, principal, resourceId),
+          (window) => repo.listVersions(this.db, principal, resourceId, window),
+        );
+        const answer = Answer.json(serialize({ data: rows.map(toVersionSummary), meta }));
+        return this.keep(key(audienceOf(principal, gate.catalogAccountId)), answer, ticket);
+      })
     );
-    return { data: rows.map(toVersionSummary), meta };
+  }
+
+  /**
+   * A Resource Version's answer is lazy: its validator comes from its row, which names its content by
+   * hash, so a revalidation is answered without loading content (D11). Content is loaded, checked
+   * (D12) and serialized when the answer is first sent, and kept with it.
+   */
+  async getVersion(
+    principal: Principal,
+    resourceId: string,
+    versionId: string,
+    serialize: Serialize<ResourceVersionDetail>,
+  ): Promise<ReadAnswer> {
+    const key = (audience: string) => `version|${audience}|${resourceId}|${versionId}`;
+    return (
+      this.heldFor(principal, key) ??
+      this.answers.once(key(`${principal.plan}:${principal.accountId}`), async () => {
+        const ticket = this.answers.ticket();
+        const found = await repo.findVersion(this.db, principal, resourceId, versionId);
+        if (!found) {
+          // In the order of the rules: the Resource not visible (404), its plan (403), the version (404).
+          await this.gateResource(principal, resourceId);
+          throw new NotFoundError(`version ${versionId} of resource ${resourceId} not found`);
+        }
+        const { version, gate } = found;
+        this.checkPlan(principal, gate.catalogAccountId, gate.facets);
+        const audienceKey = key(audienceOf(principal, gate.catalogAccountId));
+        // Every field but the content, and the content's hash, which stands for it.
+        const withoutContent = serialize(toVersionDetail(version, ''));
+        const tag = tagOf(`${withoutContent}\n${version.content_hash}`);
+        let loading: Promise<Answer> | undefined;
+        const load = async () => {
+          const content = await this.content.read(version.storage_backend, version.content_hash);
+          const answer = Answer.json(serialize(toVersionDetail(version, content)), tag);
+          return this.keep(audienceKey, answer, ticket);
+        };
+        const lazy: LazyAnswer = {
+          tag,
+          // Content serializes to at least its UTF-8 bytes.
+          minBytes: Buffer.byteLength(withoutContent) + Number(version.content_size_bytes),
+          // One load for every request that holds this answer; a failed one is tried again by the next.
+          load: () => {
+            loading ??= load().catch((error: unknown) => {
+              loading = undefined;
+              throw error;
+            });
+            return loading;
+          },
+        };
+        return this.keep(audienceKey, lazy, ticket);
+      })
+    );
+  }
+
+  /** The answer held for what `principal` may see: the service's, for its plan, or its account's. */
+  private heldFor(principal: Principal, key: (audience: string) => string): ReadAnswer | undefined {
+    return (
+      this.answers.get(key(audienceOf(principal, null))) ??
+      (principal.accountId === null
+        ? undefined
+        : this.answers.get(key(audienceOf(principal, principal.accountId))))
+    );
+  }
+
+  private keep<A extends ReadAnswer>(key: string, answer: A, ticket: number): A {
+    this.answers.set(key, answer, ticket);
+    return answer;
+  }
+
+  /** Visibility, then plan: a version is looked at only once its Resource may be. */
+  private async gateResource(principal: Principal, resourceId: string): Promise<repo.ResourceGate> {
+    const gate = await repo.findResourceGate(this.db, principal, resourceId);
+    if (!gate) throw new NotFoundError(`resource ${resourceId} not found`);
+    this.checkPlan(principal, gate.catalogAccountId, gate.facets);
+    return gate;
+  }
+
+  private checkPlan(principal: Principal, catalogAccountId: string | null, facets: string | null): void {
+    if (!planAllows(principal, catalogAccountId === null, parseFacets(facets))) {
+      throw new ForbiddenError('this resource needs a plan the account does not have', 'plan_required');
+    }
   }
 }

@@ -30,6 +30,16 @@ export function resourceVisibleTo(principal: Principal) {
     ]);
 }
 
+/**
+ * The Resources of a Catalog already found visible (`catalogVisibleTo`): every one of an account's
+ * Catalog, and a service-owned Catalog's that are not drafts. Needs no join, so a page of ids is read
+ * from an index alone.
+ */
+export function resourceVisibleIn(catalog: { readonly account_id: string | null }) {
+  return (eb: ExpressionBuilder<Database, 'resources'>): Expression<SqlBool> =>
+    catalog.account_id === null ? eb('resources.status', '!=', 'draft') : eb.lit(true);
+}
+
 /** A version of a visible Resource, unless it is a service-owned draft version. */
 export function versionVisibleTo(principal: Principal) {
   return (
@@ -51,6 +61,16 @@ export type WithCurrentVersion = Database & { v: ResourceVersionTable };
  */
 export function currentVersionVisible(eb: ExpressionBuilder<WithCurrentVersion, 'catalogs' | 'v'>) {
   return eb.or([eb('catalogs.account_id', 'is not', null), eb('v.status', '!=', 'draft')]);
+}
+
+/**
+ * Who else sees exactly what `principal` sees of something owned by `catalogAccountId` (null for the
+ * service): the audience an answer may be shared with. The rules above decide service-owned content
+ * by its own state alone, never by the caller's account, so every caller sees the same of it, and
+ * plans (below) set some callers apart; an account's content is seen by that account only.
+ */
+export function audienceOf(principal: Principal, catalogAccountId: string | null): string {
+  return catalogAccountId === null ? `svc:${principal.plan}` : `account:${catalogAccountId}`;
 }
 
 /**

@@ -39,7 +39,11 @@ export function registerImportCommand(program: Command, context: CliContext): vo
       const services = await context.openServices();
       try {
         const report = await importTree(
-          { db: services.databases.primary, objectStore: services.objectStore },
+          {
+            db: services.databases.primary,
+            objectStore: services.objectStore,
+            changes: services.generation,
+          },
           {
             dir,
             owner,

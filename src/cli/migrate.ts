@@ -10,7 +10,7 @@ export function registerMigrateCommand(program: Command, context: CliContext): v
     .action(async () => {
       const services = await context.openServices({ migrate: false });
       try {
-        const applied = await migrateToLatest(services.databases.primary);
+        const applied = await migrateToLatest(services.databases);
         context.stdout.write(
           applied.length === 0 ? 'schema is up to date\n' : `applied ${applied.join(', ')}\n`,
         );

@@ -21,6 +21,28 @@ export interface CliStreams {
   readonly stderr: NodeJS.WritableStream;
 }
 
+/** Bytes of log lines collected before they are written, and the longest a line waits meanwhile. */
+const LOG_BATCH_BYTES = 4096;
+const LOG_FLUSH_MS = 200;
+
+/**
+ * Standard output for log lines, written synchronously but in batches: one system call per 4 KiB of
+ * lines (or per 200 ms) rather than one per line, which under load cost a sixth of a cached read
+ * through a pipe. Synchronous writes keep the work on this thread; pino flushes what is left when the
+ * process exits.
+ */
+function batchedStdout(): pino.DestinationStream {
+  const destination = pino.destination({ dest: 1, sync: true, minLength: LOG_BATCH_BYTES });
+  setInterval(() => {
+    try {
+      destination.flushSync();
+    } catch {
+      // Standard output is gone (a closed pipe): nothing left to write to.
+    }
+  }, LOG_FLUSH_MS).unref();
+  return destination;
+}
+
 export function createContext(env: NodeJS.ProcessEnv, streams: CliStreams = process): CliContext {
   let config: Config | undefined;
   let logger: pino.Logger | undefined;
@@ -33,17 +55,20 @@ export function createContext(env: NodeJS.ProcessEnv, streams: CliStreams = proc
       return config;
     },
     logger: () => {
-      logger ??= pino({
-        level: context.config().logLevel,
-        redact: { paths: REDACTED_PATHS, censor: '[redacted]' },
-      });
+      logger ??= pino(
+        {
+          level: context.config().logLevel,
+          redact: { paths: REDACTED_PATHS, censor: '[redacted]' },
+        },
+        batchedStdout(),
+      );
       return logger;
     },
     openServices: async (options = {}) => {
       const services = createServices(context.config(), context.logger());
       if (options.migrate !== false) {
         try {
-          await migrateToLatest(services.databases.primary);
+          await migrateToLatest(services.databases);
         } catch (error) {
           await services.close();
           throw error;

@@ -19,6 +19,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       const app = await buildApp({
         playbook: services.playbook,
         authenticator: services.authenticator,
+        rateLimits: services.rateLimits,
         readiness: services.readiness,
         plugins: services.plugins,
         trustProxy: config.trustProxy,
@@ -28,6 +29,8 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       if (config.database.kind === 'sqlite' && config.contentStore.kind === 'directory') {
         await importDemoContentIfEmpty(services, logger);
       }
+      // From here on, a write made by any process (another instance, `playbook import`) shows here.
+      await services.generation.start();
 
       let stopping = false;
       const shutdown = (signal: string) => {

@@ -1,22 +1,40 @@
 import { type Kysely, type Migration, type MigrationResultSet, Migrator } from 'kysely';
+import type { Databases } from './create-db.js';
 import * as catalogs from './migrations/0001-catalogs.js';
 import * as apiKeys from './migrations/0002-api-keys.js';
 import * as byteOrderAndListIndexes from './migrations/0003-byte-order-and-list-indexes.js';
-import type { Database } from './tables.js';
+import * as dataGenerationAndPageIndex from './migrations/0004-data-generation-and-page-index.js';
+import type { Dialect } from './tables.js';
+
+/** A migration of ours: written against no table types, told which dialect it runs on. */
+interface DialectMigration {
+  up(db: Kysely<unknown>, dialect: Dialect): Promise<void>;
+  down?(db: Kysely<unknown>, dialect: Dialect): Promise<void>;
+}
 
 /** Every migration, in order. Listed explicitly so that the compiled service needs no directory scan. */
-const migrations: Record<string, Migration> = {
+const migrations: Record<string, DialectMigration> = {
   '0001-catalogs': catalogs,
   '0002-api-keys': apiKeys,
   '0003-byte-order-and-list-indexes': byteOrderAndListIndexes,
+  '0004-data-generation-and-page-index': dataGenerationAndPageIndex,
 };
 
-/** Brings the schema up to date; throws with the failing migration's name. */
-export async function migrateToLatest(db: Kysely<Database>): Promise<string[]> {
-  // Migrations are written against no table types: they describe the schema those types come from.
+/** Brings the schema of the primary database up to date; throws with the failing migration's name. */
+export async function migrateToLatest(databases: Pick<Databases, 'primary' | 'dialect'>): Promise<string[]> {
+  const { dialect } = databases;
+  const bound: Record<string, Migration> = {};
+  for (const [name, migration] of Object.entries(migrations)) {
+    const { down } = migration;
+    bound[name] = {
+      up: (db) => migration.up(db, dialect),
+      ...(down ? { down: (db: Kysely<unknown>) => down(db, dialect) } : {}),
+    };
+  }
+  // Migrations describe the schema the table types come from, so they see no table types.
   const migrator = new Migrator({
-    db: db as unknown as Kysely<unknown>,
-    provider: { getMigrations: async () => migrations },
+    db: databases.primary as unknown as Kysely<unknown>,
+    provider: { getMigrations: async () => bound },
   });
   const result: MigrationResultSet = await migrator.migrateToLatest();
   if (result.error) {

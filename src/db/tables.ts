@@ -1,8 +1,13 @@
-import type { Insertable, Kysely, Selectable, Updateable } from 'kysely';
+import type { Insertable, Kysely, Selectable } from 'kysely';
+import type { Environment } from '../auth/key-format.js';
+import type { LifecycleStatus } from '../schemas/common.js';
+import type { ResourceKind, StorageBackend, VersionStatus } from '../schemas/playbook.js';
 
 /**
- * Table types. Timestamps are stored as ISO 8601 UTC text in one fixed form (`toISOString()`), so that
- * they sort as text and read back the same on SQLite and PostgreSQL. JSON columns hold JSON text.
+ * Table types, typed by the contract: a column that holds one of the contract's enums has that enum's
+ * type (every write goes through these types, so every read may rely on them). Timestamps are stored
+ * as ISO 8601 UTC text in one fixed form (`toISOString()`), so that they sort as text and read back the
+ * same on SQLite and PostgreSQL. JSON columns hold JSON text.
  */
 export interface AccountTable {
   id: string;
@@ -18,7 +23,7 @@ export interface CatalogTable {
   account_id: string | null;
   slug: string;
   name: string;
-  status: string;
+  status: LifecycleStatus;
   description: string | null;
   facets: string | null;
   current_version_id: string | null;
@@ -49,9 +54,9 @@ export interface ResourceTable {
   id: string;
   catalog_id: string;
   slug: string;
-  kind: string;
+  kind: ResourceKind;
   title: string;
-  status: string;
+  status: LifecycleStatus;
   description: string | null;
   facets: string | null;
   manifest: string;
@@ -68,8 +73,8 @@ export interface ResourceVersionTable {
   content_hash: string;
   content_size_bytes: number;
   media_type: string;
-  storage_backend: string;
-  status: string;
+  storage_backend: StorageBackend;
+  status: VersionStatus;
   manifest: string;
   published_at: string | null;
   superseded_at: string | null;
@@ -91,7 +96,7 @@ export interface ApiKeyTable {
   name: string;
   /** JSON array of scope names. */
   scopes: string;
-  environment: string;
+  environment: Environment;
   secret_hash: string;
   /** The user (token subject) who created the key. */
   created_by: string;
@@ -99,6 +104,15 @@ export interface ApiKeyTable {
   expires_at: string | null;
   revoked_at: string | null;
   last_used_at: string | null;
+}
+
+/**
+ * One row: a number that every write of Catalog data (an import, a publication) increases in the
+ * transaction that makes it, so that every instance can tell its cached answers are stale.
+ */
+export interface DataGenerationTable {
+  id: number;
+  generation: number;
 }
 
 export interface Database {
@@ -110,18 +124,17 @@ export interface Database {
   resource_versions: ResourceVersionTable;
   content_blobs: ContentBlobTable;
   api_keys: ApiKeyTable;
+  data_generation: DataGenerationTable;
 }
 
 export type Db = Kysely<Database>;
 
-export type AccountRow = Selectable<AccountTable>;
+/** The SQL dialects the service runs on: the embedded default, and production. */
+export type Dialect = 'sqlite' | 'postgres';
+
 export type CatalogRow = Selectable<CatalogTable>;
-export type NewCatalog = Insertable<CatalogTable>;
-export type CatalogUpdate = Updateable<CatalogTable>;
 export type CatalogVersionRow = Selectable<CatalogVersionTable>;
 export type ResourceRow = Selectable<ResourceTable>;
-export type NewResource = Insertable<ResourceTable>;
 export type ResourceVersionRow = Selectable<ResourceVersionTable>;
-export type NewResourceVersion = Insertable<ResourceVersionTable>;
 export type ApiKeyRow = Selectable<ApiKeyTable>;
 export type NewApiKey = Insertable<ApiKeyTable>;

@@ -162,7 +162,8 @@ function classify(error: FastifyError | Error): {
 export function handleError(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply) {
   const { status, code, detail, errors } = classify(error);
   if (status >= 500) request.log.error({ err: error }, 'request failed');
-  else request.log.info({ code, status }, 'request refused');
+  // The access line (access-log.ts) says why; a refusal is no event of its own.
+  request.refusal = { code, detail };
   if (error instanceof RateLimitError) reply.header('retry-after', String(error.retryAfterSeconds));
   if (status === 401) reply.header('www-authenticate', 'Bearer, ApiKey header="x-api-key"');
   // Errors raised before the onRequest hooks (router errors) have not had their request id set yet.

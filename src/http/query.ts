@@ -1,5 +1,5 @@
 import type { TObject, TSchema } from '@sinclair/typebox';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
 import { InputError, type InputProblem } from '../errors.js';
 
 const DECIMAL = /^[0-9]+$/;
@@ -10,9 +10,16 @@ const DECIMAL = /^[0-9]+$/;
  * plain decimal digits (no `1e2`, `0x10`, `+5` or spaces, which type coercion alone would let in).
  * Unknown parameters are left for the schema's `additionalProperties: false` to name.
  */
-export async function normalizeQuery(request: FastifyRequest): Promise<void> {
+export function normalizeQuery(
+  request: FastifyRequest,
+  _reply: FastifyReply,
+  done: HookHandlerDoneFunction,
+): void {
   const schema = request.routeOptions.schema?.querystring as TObject | undefined;
-  if (!schema?.properties) return;
+  if (!schema?.properties) {
+    done();
+    return;
+  }
   const query = request.query as Record<string, string | string[]>;
   const problems: InputProblem[] = [];
   for (const [name, value] of Object.entries(query)) {
@@ -32,5 +39,5 @@ export async function normalizeQuery(request: FastifyRequest): Promise<void> {
       }
     }
   }
-  if (problems.length > 0) throw new InputError(problems);
+  done(problems.length > 0 ? new InputError(problems) : undefined);
 }

@@ -1,4 +1,5 @@
 import { ACCOUNT_ID_PATTERN } from '../catalog/accounts.js';
+import type { DataGeneration } from '../catalog/data-generation.js';
 import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';
 import { ImportValidationError } from './import-error.js';
@@ -16,6 +17,8 @@ export interface ImportDeps {
   readonly db: Db;
   /** Where `object-storage` content goes; `database-text` content goes through the transaction. */
   readonly objectStore: ContentStore;
+  /** Told once a change has committed, so that every instance's read answers follow at once. */
+  readonly changes?: Pick<DataGeneration, 'announce'>;
 }
 
 export interface ImportOptions {
@@ -93,6 +96,7 @@ export async function importTree(deps: ImportDeps, options: ImportOptions): Prom
       onProgress?.(`storage changed during the import; planning again (attempt ${attempt + 1})`);
     }
   }
+  if (!planIsEmpty(applied)) await deps.changes?.announce();
   return reportOf(applied, false);
 }
 

@@ -1,4 +1,5 @@
 import { createAccountIfAbsent } from '../catalog/accounts.js';
+import { advanceDataGeneration } from '../catalog/data-generation.js';
 import type { ContentStore } from '../content/content-store.js';
 import { DatabaseContentStore } from '../content/database-store.js';
 import type { Db } from '../db/tables.js';
@@ -134,4 +135,6 @@ export async function writePlan(
     if (row.storage_backend === 'database-text') texts.set(row.content_hash, content);
   }
   for (const [hash, content] of texts) await blobs.put(hash, content);
+  // Answers kept in memory anywhere are stale from this commit on.
+  await advanceDataGeneration(trx);
 }

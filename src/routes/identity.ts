@@ -4,6 +4,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
 import type { ApiKeyService, KeyManager } from '../auth/api-key-service.js';
 import { InputError, type InputProblem } from '../errors.js';
+import { Answer, routeSerializer, sendAnswer } from '../http/answer.js';
 import { problemResponses } from '../schemas/common.js';
 import {
   ApiKeyList,
@@ -109,10 +110,14 @@ export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
           response: { 200: ApiKeyList, ...problemResponses(400, 401, 403, 429, 500, 503) },
         },
       },
-      async (request) => {
+      async (request, reply) => {
         const data = await keys.listFor(managerOf(request), request.query.accountId);
-        // Like every other read (D11): an ETag and `private, no-cache`, so a changed lastUsedAt shows.
-        return { data };
+        // Like every other read (D11), never kept: a changed lastUsedAt shows at once.
+        return sendAnswer(
+          request,
+          reply,
+          Answer.json(routeSerializer<{ data: typeof data }>(reply)({ data })),
+        );
       },
     );
 

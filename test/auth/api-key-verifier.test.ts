@@ -167,7 +167,7 @@ describe('API key verification', () => {
     expect((await stored()).map((row) => row.last_used_at)).toEqual([usedAt, usedAt]);
 
     // A later flush never moves the time backwards.
-    identity.usage.record(a.id, '2000-01-01T00:00:00.000Z');
+    identity.usage.record(a.id, Date.parse('2000-01-01T00:00:00.000Z'));
     await identity.usage.flush();
     expect((await stored()).find((row) => row.id === a.id)?.last_used_at).toBe(usedAt);
   });

@@ -2,9 +2,9 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
 import type { Scope } from '../../src/auth/principal.js';
-import { PlaybookService } from '../../src/catalog/playbook-service.js';
 import type { TestBackend } from './backend.js';
 import { createTestIdentity, type TestIdentity } from './credentials.js';
+import { readSide } from './read-side.js';
 
 export interface PrincipalOptions {
   /** The caller's account; null for a caller that acts for no account (service content only). */
@@ -64,13 +64,18 @@ export async function buildTestApp(
   callers: PrincipalRegistry | Authenticator,
 ): Promise<FastifyInstance> {
   const identity = callers instanceof PrincipalRegistry ? callers.bind(backend) : undefined;
+  const reads = await readSide(backend.databases.reader, backend.content);
   const app = await buildApp({
-    playbook: new PlaybookService(backend.databases.reader, backend.content),
+    playbook: reads.playbook,
     authenticator: identity ? identity.authenticator : (callers as Authenticator),
+    ...(identity ? { rateLimits: identity.rateLimits } : {}),
     readiness: [{ name: 'contentStore', check: () => backend.objectStore.check() }],
     plugins: identity ? [identity.routes] : [],
   });
-  app.addHook('onClose', async () => identity?.close());
+  app.addHook('onClose', async () => {
+    reads.close();
+    await identity?.close();
+  });
   await app.ready();
   return app;
 }

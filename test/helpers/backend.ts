@@ -53,7 +53,7 @@ async function createEmbeddedBackend(): Promise<TestBackend> {
   const databaseFile = path.join(workDir, 'playbook.sqlite');
   const contentDir = path.join(workDir, 'content');
   const databases = createDatabases({ kind: 'sqlite', path: databaseFile });
-  await migrateToLatest(databases.primary);
+  await migrateToLatest(databases);
   const objectStore = new DirectoryContentStore(contentDir);
   const content = new ContentReader([new DatabaseContentStore(databases.reader), objectStore]);
   return {
@@ -144,7 +144,7 @@ async function createProductionBackend(servers: ProductionServers): Promise<Test
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
     bucketCreated = true;
     databases = createDatabases({ kind: 'postgres', url: databaseUrl.toString() });
-    await migrateToLatest(databases.primary);
+    await migrateToLatest(databases);
     objectStore = new S3ContentStore({
       bucket,
       prefix,

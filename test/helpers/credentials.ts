@@ -4,9 +4,9 @@ import { buildApp } from '../../src/app.js';
 import { createIdentity, type Identity, type IdentityOptions } from '../../src/auth/identity.js';
 import type { Scope } from '../../src/auth/principal.js';
 import { setAccount } from '../../src/catalog/accounts.js';
-import { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { type Config, loadConfig } from '../../src/config.js';
 import type { TestBackend } from './backend.js';
+import { readSide } from './read-side.js';
 
 /**
  * Real credentials for tests: API keys minted and stored exactly as the service does, and access
@@ -112,13 +112,16 @@ export async function buildIdentityApp(
   identity: Identity,
   logger?: FastifyBaseLogger,
 ): Promise<FastifyInstance> {
+  const reads = await readSide(backend.databases.reader, backend.content);
   const app = await buildApp({
-    playbook: new PlaybookService(backend.databases.reader, backend.content),
+    playbook: reads.playbook,
     authenticator: identity.authenticator,
+    rateLimits: identity.rateLimits,
     readiness: [],
     plugins: [identity.routes],
     ...(logger ? { logger } : {}),
   });
+  app.addHook('onClose', async () => reads.close());
   await app.ready();
   return app;
 }

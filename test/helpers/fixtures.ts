@@ -10,10 +10,12 @@ import type { Db } from '../../src/db/tables.js';
 import type { Facets, LifecycleStatus, Manifest } from '../../src/schemas/common.js';
 import type { ResourceKind, ResourcePin, StorageBackend, VersionStatus } from '../../src/schemas/playbook.js';
 import { s3AdminClientFor, type TestBackend } from './backend.js';
+import { dataChanged } from './read-side.js';
 
 /**
  * Rows written straight into storage, for HTTP tests that need exact states (drafts, superseded
- * versions, other accounts) without going through an import.
+ * versions, other accounts) without going through an import. Each writer of Catalog data advances the
+ * data generation afterwards, as every writer of the service does (`dataChanged`).
  */
 
 let clock = Date.parse('2026-01-01T00:00:00.000Z');
@@ -67,6 +69,7 @@ export async function givenCatalog(db: Db, fixture: CatalogFixture) {
       await db.insertInto('catalog_facet_values').values({ catalog_id: id, facet, value }).execute();
     }
   }
+  await dataChanged(db);
   return { id, slug: fixture.slug, accountId: fixture.accountId ?? null };
 }
 
@@ -176,6 +179,7 @@ export async function givenResource(
       .where('id', '=', id)
       .execute();
   }
+  await dataChanged(db);
   return { id, slug: fixture.slug, versionIds, currentVersionId, versions: given };
 }
 
@@ -213,6 +217,7 @@ export async function givenCatalogVersion(
     })
     .execute();
   await db.updateTable('catalogs').set({ current_version_id: id }).where('id', '=', catalog.id).execute();
+  await dataChanged(db);
   return id;
 }
 
@@ -235,6 +240,7 @@ export async function clearStorage(db: Db): Promise<void> {
     .deleteFrom('accounts')
     .where('id', 'not in', (eb) => eb.selectFrom('api_keys').select('account_id'))
     .execute();
+  await dataChanged(db);
 }
 
 /** Where the backend's object store keeps the content of `hash`: a file path, or a bucket and key. */

@@ -1,76 +1,106 @@
+import zlib from 'node:zlib';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { buildTestApp, PrincipalRegistry } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { type GivenResource, givenCatalog, givenResource } from '../helpers/fixtures.js';
 
-/** D11: validators and cache directives on every successful read, 304 on a matching If-None-Match. */
+/**
+ * D11 (revised) and D19: one validator and one set of cache directives on every successful read, 304
+ * on a matching If-None-Match on GET and HEAD alike, and compression with a strong ETag per encoding.
+ */
 
-const IMMUTABLE = 'private, max-age=31536000, immutable';
 const REVALIDATE = 'private, no-cache';
+const VARY = 'x-api-key, authorization, x-account-id, accept-encoding';
 const STRONG_ETAG = /^"[\x21\x23-\x7e]+"$/;
 
-describe('caching (D11)', () => {
+describe('caching (D11, D19)', () => {
   let backend: TestBackend;
   let app: FastifyInstance;
   const principals = new PrincipalRegistry();
   let headers: Record<string, string>;
   let doc: GivenResource;
   let gated: GivenResource;
+  let tiny: GivenResource;
 
   beforeAll(async () => {
     backend = await createTestBackend();
     app = await buildTestApp(backend, principals);
     headers = await principals.register({ accountId: null, plan: 'free', scopes: ['playbook:read'] });
-    const handbook = await givenCatalog(backend.databases.primary, { slug: 'handbook' });
+    // Long enough that every answer about it passes D19's 1 KiB.
+    const handbook = await givenCatalog(backend.databases.primary, {
+      slug: 'handbook',
+      description: 'How we work. '.repeat(70),
+    });
     doc = await givenResource(backend, handbook, {
       slug: 'doc',
       versions: [
-        { version: '1', content: 'first' },
-        { version: '2', content: 'second', storage: 'object-storage' },
+        { version: '1', content: `first ${'words '.repeat(400)}` },
+        // Enough versions that the history passes 1 KiB too.
+        { version: '1.1', content: 'one' },
+        { version: '1.2', content: 'two' },
+        { version: '1.3', content: 'three' },
+        { version: '2', content: `second ${'lines\n'.repeat(20_000)}`, storage: 'object-storage' },
       ],
     });
     gated = await givenResource(backend, handbook, { slug: 'gated', facets: { planAccess: ['pro'] } });
+    const small = await givenCatalog(backend.databases.primary, { slug: 'small' });
+    tiny = await givenResource(backend, small, { slug: 't', versions: [{ version: '1', content: 'x' }] });
   });
   afterAll(async () => {
     await app.close();
     await backend.cleanup();
   });
 
-  const get = (url: string, extra: Record<string, string> = {}) =>
-    app.inject({ url, headers: { ...headers, ...extra } });
+  const get = (url: string, extra: Record<string, string> = {}, method: 'GET' | 'HEAD' = 'GET') =>
+    app.inject({ method, url, headers: { ...headers, ...extra } });
   const versionUrl = (r: GivenResource, versionId: string) =>
     `/v3/playbook/resources/${r.id}/versions/${versionId}`;
 
-  function expectNotModified(res: LightMyRequestResponse, etag: string, cacheControl: string) {
+  function expectNotModified(res: LightMyRequestResponse, etag: string) {
     expect(res.statusCode).toBe(304);
     expect(res.body).toBe('');
     // RFC 9110 §15.4.5 and §8.6: no representation metadata, and no Content-Length that differs
     // from the full answer's (the length of an empty 304 body would).
     expect(res.headers['content-type']).toBeUndefined();
     expect(res.headers['content-length']).toBeUndefined();
+    expect(res.headers['content-encoding']).toBeUndefined();
     expect(res.headers.etag).toBe(etag);
-    expect(res.headers['cache-control']).toBe(cacheControl);
+    expect(res.headers['cache-control']).toBe(REVALIDATE);
+    expect(res.headers.vary).toBe(VARY);
     expect(res.headers['x-request-id']).toBeTruthy();
   }
 
-  describe('D11 Resource Versions', () => {
-    it('D11: a version answer carries a strong ETag and Cache-Control private, max-age=31536000, immutable', async () => {
-      for (const versionId of doc.versionIds) {
-        const res = await get(versionUrl(doc, versionId));
-        expect(res.statusCode).toBe(200);
-        expect(res.headers.etag).toMatch(STRONG_ETAG);
-        expect(res.headers['cache-control']).toBe(IMMUTABLE);
+  const urls = () => [
+    '/v3/playbook/catalogs',
+    '/v3/playbook/catalogs/svc/handbook/resources',
+    `/v3/playbook/resources/${doc.id}`,
+    `/v3/playbook/resources/${doc.id}/versions`,
+    versionUrl(doc, doc.versionIds[0]!),
+    versionUrl(doc, doc.currentVersionId),
+  ];
+
+  describe('D11 validators', () => {
+    it('D11: every read carries a strong ETag, Cache-Control private, no-cache and Vary; versions are not immutable', async () => {
+      for (const url of urls()) {
+        const res = await get(url);
+        expect(res.statusCode, url).toBe(200);
+        expect(res.headers.etag, url).toMatch(STRONG_ETAG);
+        expect(res.headers['cache-control'], url).toBe(REVALIDATE);
+        expect(res.headers.vary, url).toBe(VARY);
       }
     });
 
-    it('D11: the ETag is stable across requests and differs between versions', async () => {
-      const [a, b] = doc.versionIds as [string, string];
+    it('D11: the ETag is stable across requests and differs between versions and pages', async () => {
+      const [a, b] = [doc.versionIds[0]!, doc.currentVersionId];
       const first = await get(versionUrl(doc, a));
       const again = await get(versionUrl(doc, a));
       const other = await get(versionUrl(doc, b));
       expect(again.headers.etag).toBe(first.headers.etag);
       expect(other.headers.etag).not.toBe(first.headers.etag);
+      const one = await get('/v3/playbook/catalogs?pageSize=1&page=1');
+      const two = await get('/v3/playbook/catalogs?pageSize=1&page=2');
+      expect(one.headers.etag).not.toBe(two.headers.etag);
     });
 
     it.each([
@@ -79,51 +109,41 @@ describe('caching (D11)', () => {
       ['a list without spaces', (etag: string) => `"nope",${etag}`],
       ['its weak form', (etag: string) => `W/${etag}`],
       ['*', () => '*'],
-    ])('D11: If-None-Match with %s gives 304 with no body', async (_why, make) => {
-      const url = versionUrl(doc, doc.currentVersionId);
-      const etag = String((await get(url)).headers.etag);
-      expectNotModified(await get(url, { 'if-none-match': make(etag) }), etag, IMMUTABLE);
-    });
-
-    it('D11: a non-matching If-None-Match gives the full answer', async () => {
-      const url = versionUrl(doc, doc.currentVersionId);
-      const res = await get(url, { 'if-none-match': '"something-else", W/"another"' });
-      expect(res.statusCode).toBe(200);
-      expect(res.json().content).toBe('second');
-    });
-
-    it("D11: another version's ETag does not match", async () => {
-      const [a, b] = doc.versionIds as [string, string];
-      const etagOfA = String((await get(versionUrl(doc, a))).headers.etag);
-      const res = await get(versionUrl(doc, b), { 'if-none-match': etagOfA });
-      expect(res.statusCode).toBe(200);
-    });
-  });
-
-  describe('D11 other answers', () => {
-    const urls = () => [
-      '/v3/playbook/catalogs',
-      '/v3/playbook/catalogs/svc/handbook/resources',
-      `/v3/playbook/resources/${doc.id}`,
-      `/v3/playbook/resources/${doc.id}/versions`,
-    ];
-
-    it('D11: lists, the Resource detail and the history carry an ETag and Cache-Control private, no-cache', async () => {
+    ])('D11: If-None-Match with %s gives 304 with no body, on GET and on HEAD', async (_why, make) => {
       for (const url of urls()) {
-        const res = await get(url);
-        expect(res.statusCode, url).toBe(200);
-        expect(res.headers.etag, url).toMatch(/^(W\/)?"[\x21\x23-\x7e]+"$/);
-        expect(res.headers['cache-control'], url).toBe(REVALIDATE);
+        const etag = String((await get(url)).headers.etag);
+        expectNotModified(await get(url, { 'if-none-match': make(etag) }), etag);
+        expectNotModified(await get(url, { 'if-none-match': make(etag) }, 'HEAD'), etag);
       }
     });
 
-    it('D11: they answer 304 with no body when If-None-Match matches (exact, list, weak, *)', async () => {
+    it('D11: a non-matching If-None-Match gives the full answer', async () => {
+      const url = versionUrl(doc, doc.versionIds[0]!);
+      const res = await get(url, { 'if-none-match': '"something-else", W/"another"' });
+      expect(res.statusCode).toBe(200);
+      expect(res.json().content).toMatch(/^first /);
+      const [a, b] = [doc.versionIds[0]!, doc.currentVersionId];
+      const etagOfA = String((await get(versionUrl(doc, a))).headers.etag);
+      expect((await get(versionUrl(doc, b), { 'if-none-match': etagOfA })).statusCode).toBe(200);
+    });
+
+    it('D11: HEAD answers the headers of GET, its Content-Length included, without a body', async () => {
       for (const url of urls()) {
-        const etag = String((await get(url)).headers.etag);
-        for (const candidate of [etag, `"x", ${etag}`, `W/${etag.replace(/^W\//, '')}`, '*']) {
-          expectNotModified(await get(url, { 'if-none-match': candidate }), etag, REVALIDATE);
+        const encodings: Record<string, string>[] = [
+          {},
+          { 'accept-encoding': 'br' },
+          { 'accept-encoding': 'gzip' },
+        ];
+        for (const encoding of encodings) {
+          const full = await get(url, encoding);
+          const head = await get(url, encoding, 'HEAD');
+          expect(head.statusCode, url).toBe(200);
+          expect(head.body, url).toBe('');
+          for (const name of ['etag', 'cache-control', 'vary', 'content-type', 'content-encoding']) {
+            expect(head.headers[name], `${url} ${name}`).toBe(full.headers[name]);
+          }
+          expect(head.headers['content-length'], url).toBe(String(full.rawPayload.length));
         }
-        expect((await get(url, { 'if-none-match': '"stale"' })).statusCode).toBe(200);
       }
     });
 
@@ -134,11 +154,99 @@ describe('caching (D11)', () => {
       expect(after.statusCode).toBe(200);
       expect(after.headers.etag).not.toBe(before);
     });
+  });
 
-    it('D11: different pages of one list have different ETags', async () => {
-      const one = await get('/v3/playbook/catalogs?pageSize=1&page=1');
-      const two = await get('/v3/playbook/catalogs?pageSize=1&page=2');
-      expect(one.headers.etag).not.toBe(two.headers.etag);
+  describe('D19 compression', () => {
+    const decoders = {
+      br: (bytes: Buffer) => zlib.brotliDecompressSync(bytes),
+      gzip: (bytes: Buffer) => zlib.gunzipSync(bytes),
+    };
+
+    it.each([
+      ['br', 'br'],
+      ['gzip', 'gzip'],
+      ['br, gzip', 'br'],
+      ['gzip, br', 'br'],
+      ['gzip;q=1, br;q=0.5', 'gzip'],
+      ['br;q=0, gzip', 'gzip'],
+      ['*', 'br'],
+      ['deflate, gzip', 'gzip'],
+    ] as const)('D19: Accept-Encoding %s is answered in %s', async (accept, expected) => {
+      for (const url of urls()) {
+        const plain = await get(url);
+        const res = await get(url, { 'accept-encoding': accept });
+        expect(res.statusCode, url).toBe(200);
+        expect(res.headers['content-encoding'], url).toBe(expected);
+        expect(res.headers['content-type'], url).toBe('application/json; charset=utf-8');
+        expect(res.rawPayload.length, url).toBeLessThan(plain.rawPayload.length);
+        expect(decoders[expected](res.rawPayload).toString('utf8'), url).toBe(plain.body);
+      }
+    });
+
+    it.each([['identity'], ['deflate'], ['br;q=0, gzip;q=0'], ['']])(
+      'D19: Accept-Encoding "%s" is answered uncompressed',
+      async (accept) => {
+        const url = `/v3/playbook/resources/${doc.id}`;
+        const plain = await get(url);
+        const res = await get(url, { 'accept-encoding': accept });
+        expect(res.headers['content-encoding']).toBeUndefined();
+        expect(res.body).toBe(plain.body);
+        expect(res.headers.etag).toBe(plain.headers.etag);
+      },
+    );
+
+    it('D19: each encoding is its own representation: its own strong ETag, and 304 for each', async () => {
+      for (const url of urls()) {
+        const etags = new Map<string, string>();
+        for (const encoding of ['identity', 'br', 'gzip']) {
+          etags.set(encoding, String((await get(url, { 'accept-encoding': encoding })).headers.etag));
+        }
+        expect(new Set(etags.values()).size, url).toBe(3);
+        for (const [encoding, etag] of etags) {
+          expect(etag, url).toMatch(STRONG_ETAG);
+          expectNotModified(await get(url, { 'accept-encoding': encoding, 'if-none-match': etag }), etag);
+          expectNotModified(
+            await get(url, { 'accept-encoding': encoding, 'if-none-match': etag }, 'HEAD'),
+            etag,
+          );
+          // Another representation's validator does not match this one.
+          for (const [other, otherEtag] of etags) {
+            if (other === encoding) continue;
+            const res = await get(url, { 'accept-encoding': encoding, 'if-none-match': otherEtag });
+            expect(res.statusCode, `${url} ${encoding} with ${other}'s ETag`).toBe(200);
+          }
+        }
+      }
+    });
+
+    it('D19: an answer under 1 KiB is sent as it is, one representation whatever the request accepts', async () => {
+      const url = `/v3/playbook/resources/${tiny.id}/versions/${tiny.currentVersionId}`;
+      const plain = await get(url);
+      expect(plain.rawPayload.length).toBeLessThan(1024);
+      for (const accept of ['br', 'gzip']) {
+        const res = await get(url, { 'accept-encoding': accept });
+        expect(res.headers['content-encoding']).toBeUndefined();
+        expect(res.headers.etag).toBe(plain.headers.etag);
+        expect(res.body).toBe(plain.body);
+      }
+    });
+
+    it('D19: an answer kept in memory is compressed once, not per request', async () => {
+      const handbook = await givenCatalog(backend.databases.primary, { slug: 'once' });
+      const fresh = `/v3/playbook/resources/${(await givenResource(backend, handbook, { slug: 'r', versions: [{ version: '1', content: 'c'.repeat(4000) }] })).id}`;
+      const brotli = vi.spyOn(zlib, 'brotliCompressSync');
+      const gzip = vi.spyOn(zlib, 'gzipSync');
+      try {
+        for (let i = 0; i < 3; i++) {
+          expect((await get(fresh, { 'accept-encoding': 'br' })).headers['content-encoding']).toBe('br');
+          expect((await get(fresh, { 'accept-encoding': 'gzip' })).headers['content-encoding']).toBe('gzip');
+        }
+        expect(brotli).toHaveBeenCalledTimes(1);
+        expect(gzip).toHaveBeenCalledTimes(1);
+      } finally {
+        brotli.mockRestore();
+        gzip.mockRestore();
+      }
     });
   });
 

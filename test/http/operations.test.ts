@@ -2,6 +2,7 @@ import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
+import { AnswerCache } from '../../src/catalog/answer-cache.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { buildTestApp, PrincipalRegistry } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
@@ -160,7 +161,7 @@ describe('errors and operations', () => {
         throw new Error('connect ECONNREFUSED 10.0.0.1:5432');
       };
       const probe = await buildApp({
-        playbook: new PlaybookService(backend.databases.reader, backend.content),
+        playbook: new PlaybookService(backend.databases.reader, backend.content, new AnswerCache(0)),
         authenticator: principals.authenticator,
         readiness: [
           { name: 'database', check: failing },
@@ -184,7 +185,7 @@ describe('errors and operations', () => {
       }
 
       const degraded = await buildApp({
-        playbook: new PlaybookService(backend.databases.reader, backend.content),
+        playbook: new PlaybookService(backend.databases.reader, backend.content, new AnswerCache(0)),
         authenticator: principals.authenticator,
         readiness: [{ name: 'cache', optional: true, check: failing }],
       });
@@ -356,7 +357,7 @@ describe('errors and operations', () => {
         },
       });
       const logged = await buildApp({
-        playbook: new PlaybookService(backend.databases.reader, backend.content),
+        playbook: new PlaybookService(backend.databases.reader, backend.content, new AnswerCache(0)),
         authenticator: principals.authenticator,
         readiness: [],
         logger: { level: 'debug', stream },

@@ -97,6 +97,7 @@ export async function startInstance(
   const app = await buildApp({
     playbook: services.playbook,
     authenticator: services.authenticator,
+    rateLimits: services.rateLimits,
     readiness: services.readiness,
     plugins: services.plugins,
   });

@@ -1,8 +1,8 @@
 import { performance } from 'node:perf_hooks';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { closeRedis, createRedisClient } from '../../src/auth/redis-connection.js';
 import { main } from '../../src/cli/program.js';
+import { closeRedis, createRedisClient } from '../../src/redis/redis-connection.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { givenAccount } from '../helpers/fixtures.js';
 import { bearer, type Instance, sleep, startInstance, storeKey, waitUntil } from './support.js';

@@ -38,28 +38,29 @@ describe('slug order', () => {
   afterAll(async () => {
     await backend?.cleanup();
   });
+  const svcCatalog = () => ({ id: catalogId, account_id: null });
 
   it('lists Resources in byte order of their slugs', async () => {
-    const rows = await repo.listResources(backend.databases.reader, caller, catalogId, [], {
+    const rows = await repo.listResources(backend.databases.reader, caller, svcCatalog(), [], {
       offset: 0,
       limit: 50,
     });
-    expect(rows.map((row) => row.slug)).toEqual(byteOrder);
+    expect(rows.map((row) => row.resource.slug)).toEqual(byteOrder);
   });
 
   it('lists Catalogs in byte order of their slugs', async () => {
     const rows = await repo.listCatalogs(backend.databases.reader, caller, {}, { offset: 0, limit: 50 });
-    expect(rows.map((row) => row.slug)).toEqual([...byteOrder, 'ordered'].sort());
+    expect(rows.map((row) => row.catalog.slug)).toEqual([...byteOrder, 'ordered'].sort());
   });
 
   it('walks pages without losing or repeating a slug at a page boundary', async () => {
     const seen: string[] = [];
     for (let offset = 0; offset < slugs.length; offset += 3) {
-      const rows = await repo.listResources(backend.databases.reader, caller, catalogId, [], {
+      const rows = await repo.listResources(backend.databases.reader, caller, svcCatalog(), [], {
         offset,
         limit: 3,
       });
-      seen.push(...rows.map((row) => row.slug));
+      seen.push(...rows.map((row) => row.resource.slug));
     }
     expect(seen).toEqual(byteOrder);
   });

@@ -62,7 +62,7 @@ async function givenCatalogWith(db: Db, accountId: string | null, slug: string, 
     slug: `resource-${String(i).padStart(6, '0')}`,
     kind: RESOURCE_KINDS[i % RESOURCE_KINDS.length]!,
     // One in ten is a draft, which only the owning account sees.
-    status: i % 10 === 0 ? 'draft' : 'active',
+    status: i % 10 === 0 ? ('draft' as const) : ('active' as const),
   }));
   await insertInBatches(resources, (batch) =>
     db
@@ -171,27 +171,33 @@ describe('list query plans on a large catalog', () => {
   }
 
   const window = (page: number) => ({ offset: (page - 1) * 20, limit: 20 });
+  const svcBig = () => ({ id: big.id, account_id: null });
+  const accountBig = () => ({ id: big.id, account_id: 'acme' });
   const workflowAndPolicy: ResourceKind[] = ['workflow', 'policy'];
 
   // [name, the call, whether its rows must come out of the index already in page order]
   const cases: [string, (db: Db) => Promise<unknown>, boolean][] = [
-    ['page 1', (db) => repo.listResources(db, svcCaller, big.id, [], window(1)), true],
-    ['page 50', (db) => repo.listResources(db, svcCaller, big.id, [], window(50)), true],
+    ['page 1', (db) => repo.listResources(db, svcCaller, svcBig(), [], window(1)), true],
+    ['page 50', (db) => repo.listResources(db, svcCaller, svcBig(), [], window(50)), true],
     [
       'page 1 for the owning account',
-      (db) => repo.listResources(db, accountCaller, big.id, [], window(1)),
+      (db) => repo.listResources(db, accountCaller, accountBig(), [], window(1)),
       true,
     ],
-    ['count', (db) => repo.countResources(db, svcCaller, big.id, []), false],
-    ['count for an account', (db) => repo.countResources(db, accountCaller, big.id, []), false],
-    ['page 1 of one kind', (db) => repo.listResources(db, svcCaller, big.id, ['workflow'], window(1)), true],
-    ['count of one kind', (db) => repo.countResources(db, svcCaller, big.id, ['workflow']), false],
+    ['count', (db) => repo.countResources(db, svcBig(), []), false],
+    ['count for an account', (db) => repo.countResources(db, accountBig(), []), false],
+    [
+      'page 1 of one kind',
+      (db) => repo.listResources(db, svcCaller, svcBig(), ['workflow'], window(1)),
+      true,
+    ],
+    ['count of one kind', (db) => repo.countResources(db, svcBig(), ['workflow']), false],
     [
       'page 1 of two kinds',
-      (db) => repo.listResources(db, svcCaller, big.id, workflowAndPolicy, window(1)),
+      (db) => repo.listResources(db, svcCaller, svcBig(), workflowAndPolicy, window(1)),
       false,
     ],
-    ['count of two kinds', (db) => repo.countResources(db, svcCaller, big.id, workflowAndPolicy), false],
+    ['count of two kinds', (db) => repo.countResources(db, svcBig(), workflowAndPolicy), false],
     ['version history', (db) => repo.listVersions(db, svcCaller, big.firstResourceId, window(1)), true],
   ];
 

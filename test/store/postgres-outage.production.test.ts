@@ -50,11 +50,14 @@ describe('a PostgreSQL outage', () => {
     const config = loadConfig({
       PLAYBOOK_DATA_DIR: dataDir,
       PLAYBOOK_DATABASE_URL: server.urlFor('playbook'),
+      // Every read goes to the database: the outage is what this test is about. (Answers kept in
+      // memory would go on being served, rightly: nothing can change them while the database is down.)
+      PLAYBOOK_ANSWER_CACHE_BYTES: '0',
       LOG_LEVEL: 'silent',
     });
     // The real composition root: its pools, timeouts and readiness checks are what is under test.
     services = createServices(config, pino({ level: 'silent' }));
-    await migrateToLatest(services.databases.primary);
+    await migrateToLatest(services.databases);
     const db = services.databases.primary;
     const catalogId = await seedCatalog(db, 'handbook');
     const store = new DatabaseContentStore(db);

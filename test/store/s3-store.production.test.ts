@@ -5,6 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
+import { AnswerCache } from '../../src/catalog/answer-cache.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { ContentReader } from '../../src/content/content-reader.js';
 import { DatabaseContentStore } from '../../src/content/database-store.js';
@@ -169,7 +170,11 @@ describe('an S3 outage under HTTP', () => {
     }
     const reader = backend.databases.reader;
     app = await buildApp({
-      playbook: new PlaybookService(reader, new ContentReader([new DatabaseContentStore(reader), store])),
+      playbook: new PlaybookService(
+        reader,
+        new ContentReader([new DatabaseContentStore(reader), store]),
+        new AnswerCache(64 * 1024 * 1024),
+      ),
       authenticator: anyReader,
       readiness: [
         {
@@ -210,7 +215,7 @@ describe('an S3 outage under HTTP', () => {
     const ready = await timedGet(base, '/readyz');
     expect(ready.status).toBe(503);
     expect(JSON.parse(ready.body)).toMatchObject({ checks: { database: 'ok', contentStore: 'unavailable' } });
-    // Verified content is immutable and stays in memory: what was read before is still served.
+    // An answer kept in memory is still served: nothing can change it while the store is down.
     expect((await timedGet(base, first!)).status).toBe(200);
     // Lists never load content.
     expect((await timedGet(base, '/v3/playbook/catalogs/svc/handbook/resources')).status).toBe(200);

@@ -1,4 +1,5 @@
-import { type Kysely, PostgresAdapter, sql } from 'kysely';
+import { type Kysely, sql } from 'kysely';
+import type { Dialect } from '../tables.js';
 
 /**
  * Two things the list queries need on a large catalog, on both dialects.
@@ -16,8 +17,8 @@ import { type Kysely, PostgresAdapter, sql } from 'kysely';
  *    `status` as a trailing key column: the count becomes an index-only scan, and the kind-filtered
  *    page still reads that index in slug order.
  */
-export async function up(db: Kysely<unknown>): Promise<void> {
-  if (isPostgres(db)) await setCollation(db, 'C');
+export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
+  if (dialect === 'postgres') await setCollation(db, 'C');
   await db.schema
     .createIndex('resources_catalog_kind_slug_status')
     .on('resources')
@@ -26,19 +27,14 @@ export async function up(db: Kysely<unknown>): Promise<void> {
   await db.schema.dropIndex('resources_catalog_kind_slug').execute();
 }
 
-export async function down(db: Kysely<unknown>): Promise<void> {
+export async function down(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
   await db.schema
     .createIndex('resources_catalog_kind_slug')
     .on('resources')
     .columns(['catalog_id', 'kind', 'slug'])
     .execute();
   await db.schema.dropIndex('resources_catalog_kind_slug_status').execute();
-  if (isPostgres(db)) await setCollation(db, 'default');
-}
-
-/** Migrations are handed a bare `Kysely`; its adapter is the one reliable sign of the dialect. */
-function isPostgres(db: Kysely<unknown>): boolean {
-  return db.getExecutor().adapter instanceof PostgresAdapter;
+  if (dialect === 'postgres') await setCollation(db, 'default');
 }
 
 /** Sets `collation` on every text column of the service's tables (not on Kysely's own bookkeeping). */

@@ -1,0 +1,76 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { ProblemCode } from '../schemas/common.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Why the request was refused, when it was: for the access line, set by the problem handler. */
+    refusal: { readonly code: ProblemCode; readonly detail: string } | null;
+  }
+}
+
+/** Query parameters that may carry a credential (D21): their values never reach a log line. */
+const CREDENTIAL_PARAMETERS = new Set(['api_key', 'apikey', 'x-api-key', 'key', 'token', 'access_token']);
+/** A query that may name one of them, in any case or encoding: only such a query is looked at closely. */
+const MAY_HOLD_CREDENTIAL = /key|token|%/i;
+
+/** The request's path and query, with the value of any credential-like parameter left out. */
+export function loggableUrl(url: string): string {
+  const query = url.indexOf('?');
+  if (query === -1 || !MAY_HOLD_CREDENTIAL.test(url.slice(query + 1))) return url;
+  const parameters = url
+    .slice(query + 1)
+    .split('&')
+    .map((pair) => {
+      const equals = pair.indexOf('=');
+      const name = equals === -1 ? pair : pair.slice(0, equals);
+      let decoded = name;
+      try {
+        decoded = decodeURIComponent(name.replaceAll('+', ' '));
+      } catch {
+        // an undecodable name is logged as sent; it names no credential parameter
+      }
+      return CREDENTIAL_PARAMETERS.has(decoded.toLowerCase()) ? `${name}=[redacted]` : pair;
+    });
+  return `${url.slice(0, query)}?${parameters.join('&')}`;
+}
+
+function credentialOf(request: FastifyRequest): Record<string, string | null> {
+  const principal = request.principal;
+  if (!principal) return {};
+  const credential = principal.credential;
+  return credential.kind === 'api-key'
+    ? { keyId: credential.keyId, account: principal.accountId }
+    : { user: credential.subject, account: principal.accountId };
+}
+
+/**
+ * One access line per request (D25), when the answer has been sent, in place of Fastify's two: the
+ * operation, the outcome, how long it took and how many bytes it sent, and who asked (key id or
+ * user, and account; never a secret). A refusal carries its code and reason.
+ */
+export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
+  const length = reply.getHeader('content-length');
+  const route = request.routeOptions;
+  request.log.info(
+    {
+      op: route.schema?.operationId ?? route.url ?? null,
+      method: request.method,
+      url: loggableUrl(request.url),
+      status: reply.statusCode,
+      ms: Math.round(reply.elapsedTime * 100) / 100,
+      bytes: length === undefined ? 0 : Number(length),
+      ...credentialOf(request),
+      ...(request.refusal ? request.refusal : {}),
+    },
+    'request',
+  );
+}
+
+/** Installs the access line on `app`; requests then carry a `refusal` for the problem handler to fill. */
+export function installAccessLog(app: FastifyInstance): void {
+  app.decorateRequest('refusal', null);
+  app.addHook('onResponse', (request, reply, done) => {
+    logAccess(request, reply);
+    done();
+  });
+}

@@ -1,0 +1,182 @@
+import { createHash } from 'node:crypto';
+import { promisify } from 'node:util';
+import zlib from 'node:zlib';
+import { Negotiator } from '@fastify/accept-negotiator';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { LRUCache } from 'lru-cache';
+
+/**
+ * The one read path's answers and the one function that sends them (D11, D19). Every successful read
+ * is an `Answer`, or a `LazyAnswer` whose body is made only when it must be sent. `sendAnswer` alone
+ * sets `ETag`, `Cache-Control` and `Vary`, answers `If-None-Match` with 304 on GET and HEAD, and
+ * chooses and applies the content encoding.
+ */
+
+export type Encoding = 'br' | 'gzip';
+
+/** D19: smaller answers gain too little from compression to pay for the `Content-Encoding`. */
+export const MIN_COMPRESSED_BYTES = 1024;
+/** Compressed on the request's own thread up to this size; larger bodies go to libuv's pool. */
+const SYNC_COMPRESSION_MAX_BYTES = 64 * 1024;
+/** A middle quality: compression happens once per answer kept, but on the request's time. */
+const BROTLI_QUALITY = 6;
+
+export const CACHE_CONTROL = 'private, no-cache';
+/** Every header that decides an answer's bytes (D11): the credential, the account, the encoding. */
+export const VARY = 'x-api-key, authorization, x-account-id, accept-encoding';
+const JSON_TYPE = 'application/json; charset=utf-8';
+
+const brotliOptions = (size: number): zlib.BrotliOptions => ({
+  params: {
+    [zlib.constants.BROTLI_PARAM_QUALITY]: BROTLI_QUALITY,
+    [zlib.constants.BROTLI_PARAM_SIZE_HINT]: size,
+  },
+});
+const brotliAsync = promisify(zlib.brotliCompress);
+const gzipAsync = promisify(zlib.gzip);
+
+function compress(encoding: Encoding, body: Buffer): Buffer | Promise<Buffer> {
+  if (body.length <= SYNC_COMPRESSION_MAX_BYTES) {
+    return encoding === 'br'
+      ? zlib.brotliCompressSync(body, brotliOptions(body.length))
+      : zlib.gzipSync(body);
+  }
+  return encoding === 'br' ? brotliAsync(body, brotliOptions(body.length)) : gzipAsync(body);
+}
+
+/** The strong validator of `body`'s identity form: the first 192 bits of its SHA-256, base64url. */
+export function tagOf(body: Buffer | string): string {
+  return createHash('sha256').update(body).digest('base64url').slice(0, 32);
+}
+
+/** The `ETag` of one representation: each encoding is a representation of its own (D19). */
+function etagOf(tag: string, encoding: Encoding | undefined): string {
+  return encoding === undefined ? `"${tag}"` : `"${tag}-${encoding}"`;
+}
+
+/**
+ * A JSON answer's bytes, its validator, and its compressed forms, each made once, on first demand. An
+ * answer kept in memory is compressed once however often it is sent.
+ */
+export class Answer {
+  private readonly forms: { br?: Buffer | Promise<Buffer>; gzip?: Buffer | Promise<Buffer> } = {};
+  /** Told when a compressed form is added, so that whoever holds the answer can count its bytes again. */
+  onGrow: (() => void) | undefined;
+
+  /**
+   * @param body the UTF-8 JSON text
+   * @param tag what the validator is made of; by default the body's digest. An answer made from a
+   *   `LazyAnswer` keeps the lazy answer's tag, so that both validate alike.
+   */
+  constructor(
+    readonly body: Buffer,
+    readonly tag: string = tagOf(body),
+  ) {}
+
+  static json(text: string, tag?: string): Answer {
+    return new Answer(Buffer.from(text), tag);
+  }
+
+  /** Bytes held: the body and the compressed forms made so far. */
+  get bytes(): number {
+    let total = this.body.length;
+    for (const form of [this.forms.br, this.forms.gzip]) if (Buffer.isBuffer(form)) total += form.length;
+    return total;
+  }
+
+  encoded(encoding: Encoding): Buffer | Promise<Buffer> {
+    const held = this.forms[encoding];
+    if (held !== undefined) return held;
+    const made = compress(encoding, this.body);
+    if (Buffer.isBuffer(made)) return this.keep(encoding, made);
+    const pending = made.then(
+      (bytes) => this.keep(encoding, bytes),
+      (error: unknown) => {
+        delete this.forms[encoding];
+        throw error;
+      },
+    );
+    this.forms[encoding] = pending;
+    return pending;
+  }
+
+  private keep(encoding: Encoding, bytes: Buffer): Buffer {
+    this.forms[encoding] = bytes;
+    this.onGrow?.();
+    return bytes;
+  }
+}
+
+/**
+ * An answer whose validator is known before its body: a Resource Version's, whose content is loaded
+ * only when it must be sent, so that a revalidation (304) never loads content.
+ */
+export interface LazyAnswer {
+  readonly tag: string;
+  /** No more bytes than the body will have: enough to choose the encoding without the body. */
+  readonly minBytes: number;
+  load(): Promise<Answer>;
+}
+
+export type ReadAnswer = Answer | LazyAnswer;
+
+const encodings = new Negotiator<Encoding | 'identity'>({
+  supportedValues: ['br', 'gzip', 'identity'],
+  // Header values are the caller's to choose: the memo of their outcomes is bounded.
+  cache: new LRUCache<string, string>({ max: 1000 }),
+});
+
+/** The encoding the request prefers among those the service makes: br, then gzip (D19). */
+export function negotiateEncoding(acceptEncoding: string | undefined): Encoding | undefined {
+  if (acceptEncoding === undefined || acceptEncoding === '') return undefined;
+  const chosen = encodings.negotiate(acceptEncoding);
+  return chosen === 'br' || chosen === 'gzip' ? chosen : undefined;
+}
+
+/** Whether `If-None-Match` names `etag` (weak comparison, as RFC 9110 asks for GET and HEAD). */
+function etagMatches(ifNoneMatch: string | undefined, etag: string): boolean {
+  if (!ifNoneMatch) return false;
+  const opaque = (tag: string) => tag.trim().replace(/^W\//, '');
+  return ifNoneMatch.split(',').some((candidate) => candidate.trim() === '*' || opaque(candidate) === etag);
+}
+
+/** The serializer Fastify compiled from the route's 200 response schema: answers are made with it. */
+export function routeSerializer<T>(reply: FastifyReply): (value: T) => string {
+  const serialize = reply.getSerializationFunction('200');
+  if (!serialize) throw new Error('a read route without a 200 response schema');
+  return serialize as unknown as (value: T) => string;
+}
+
+/**
+ * Sends a read's answer, the one way every read is sent: its representation for the request's
+ * `Accept-Encoding`, that representation's strong `ETag`, `Cache-Control: private, no-cache` and
+ * `Vary`; a 304 without a body when `If-None-Match` names the validator, on GET and HEAD alike.
+ *
+ * @example
+ * app.get(path, options, async (request, reply) => sendAnswer(request, reply, await service.read(…)));
+ */
+export async function sendAnswer(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  answer: ReadAnswer,
+): Promise<FastifyReply> {
+  reply.header('cache-control', CACHE_CONTROL).header('vary', VARY);
+  const lazy = answer instanceof Answer ? undefined : answer;
+  // A lazy answer that may be too small to compress is made now: the encoding depends on its size.
+  let ready =
+    lazy === undefined
+      ? (answer as Answer)
+      : lazy.minBytes < MIN_COMPRESSED_BYTES
+        ? await lazy.load()
+        : undefined;
+  const size = ready ? ready.body.length : (lazy as LazyAnswer).minBytes;
+  const encoding =
+    size >= MIN_COMPRESSED_BYTES ? negotiateEncoding(request.headers['accept-encoding']) : undefined;
+  const etag = etagOf(answer.tag, encoding);
+  reply.header('etag', etag);
+  if (etagMatches(request.headers['if-none-match'], etag)) return reply.code(304).send();
+  ready ??= await (lazy as LazyAnswer).load();
+  if (encoding === undefined) return reply.type(JSON_TYPE).send(ready.body);
+  const body = await ready.encoded(encoding);
+  return reply.type(JSON_TYPE).header('content-encoding', encoding).send(body);
+}

@@ -1,0 +1,114 @@
+import type { FastifyBaseLogger } from 'fastify';
+import { MemoryRateCounter, type RateCounter } from '../auth/rate-limits.js';
+import { FallbackRateCounter, RedisRateCounter } from '../auth/redis-rate-counter.js';
+import type { Broadcast } from '../broadcast.js';
+import { RedisBroadcast } from './redis-broadcast.js';
+import { closeRedis, createRedisClient, RedisHealth } from './redis-connection.js';
+
+/** What several instances share through Redis, ready to hand to `createIdentity` and the read path. */
+export interface RedisSharedState {
+  /** Revoked key ids (D8). */
+  readonly revocations: Broadcast;
+  /** Data generations: an import or a publication made by any process (see catalog/data-generation.ts). */
+  readonly dataChanges: Broadcast;
+  /** Shared counts while Redis answers, this instance's own while it does not (D10). */
+  readonly rateCounter: RateCounter;
+  /** Throws unless Redis answers now: the optional `redis` readiness check. */
+  check(): Promise<void>;
+  /** Ends every connection. Safe after the broadcasts are closed, and twice. */
+  close(): Promise<void>;
+}
+
+export interface RedisSharedStateOptions {
+  /** Prefix of every key and channel; instances that share counts must share it. */
+  readonly keyPrefix?: string;
+  /** The clock of the per-instance fallback counter (the identity's clock). */
+  readonly now?: () => number;
+  readonly commandTimeoutMs?: number;
+}
+
+/** Key ids are short and alphanumeric (D8). */
+const KEY_ID = /^[A-Za-z0-9]{1,64}$/;
+/** Data generations are counts. */
+const GENERATION = /^[0-9]{1,16}$/;
+
+/**
+ * Connects to Redis for rate limits, revocations and data changes. Three connections: one for
+ * commands (counts, publications, the readiness PING) and one subscribed to each channel. None ever
+ * makes a request wait on a Redis that is down, and each reconnects by itself.
+ *
+ * @example
+ * const redis = connectRedisSharedState(config.redisUrl, logger);
+ * const identity = createIdentity(config, db, logger, {
+ *   revocations: redis.revocations,
+ *   rateCounter: redis.rateCounter,
+ * });
+ */
+export function connectRedisSharedState(
+  url: string,
+  logger: FastifyBaseLogger,
+  options: RedisSharedStateOptions = {},
+): RedisSharedState {
+  const prefix = options.keyPrefix ?? 'playbook:';
+  const redis = createRedisClient(url, {
+    connectionName: 'playbook-commands',
+    ...(options.commandTimeoutMs === undefined ? {} : { commandTimeoutMs: options.commandTimeoutMs }),
+  });
+  const health = new RedisHealth(logger, {
+    role: 'rate-limits',
+    whileDown: 'rate limits are counted by each instance on its own until it is back',
+    whileUp: 'rate limits are counted once for all instances',
+  });
+  health.watch(redis);
+  const rateCounter = new FallbackRateCounter({
+    shared: new RedisRateCounter(redis, `${prefix}rl:`),
+    local: new MemoryRateCounter(options.now),
+    connected: () => redis.status === 'ready',
+    health,
+  });
+  const revocations = new RedisBroadcast({
+    publisher: redis,
+    logger,
+    channel: `${prefix}revocations`,
+    accepts: KEY_ID,
+    health: {
+      role: 'revocations',
+      whileDown:
+        "revocations made on other instances reach this one through its keys' one-second storage re-read",
+      whileUp: 'revocations made on other instances take effect here at once',
+    },
+    unannounced:
+      "revocation not announced through Redis; other instances refuse the key after their keys' one-second storage re-read",
+  });
+  const dataChanges = new RedisBroadcast({
+    publisher: redis,
+    logger,
+    channel: `${prefix}data-changes`,
+    accepts: GENERATION,
+    health: {
+      role: 'data-changes',
+      whileDown: "imports made elsewhere show here through this instance's one-second database poll",
+      whileUp: 'imports made elsewhere show here at once',
+    },
+    unannounced:
+      'data change not announced through Redis; other instances see it through their one-second database poll',
+  });
+  return {
+    revocations,
+    dataChanges,
+    rateCounter,
+    check: async () => {
+      // Not even a PING on a connection known to be down: the answer is already known.
+      if (redis.status !== 'ready') throw new Error(`the Redis connection is ${redis.status}`);
+      if (!revocations.subscribed) throw new Error('the revocation channel is not subscribed');
+      if (!dataChanges.subscribed) throw new Error('the data-change channel is not subscribed');
+      await redis.ping();
+    },
+    close: async () => {
+      health.stop();
+      await revocations.close();
+      await dataChanges.close();
+      await closeRedis(redis);
+    },
+  };
+}
