@@ -53,6 +53,8 @@ export function createObjectStore(config: Config): ContentStore & { close?(): vo
 export interface ServicesOptions {
   /** Identity parts a test replaces (its clock, a storage-read counter); the Redis parts follow the config. */
   readonly identity?: IdentityOptions;
+  /** How often the data generation is read (tests that prove Redis alone carries a change slow it). */
+  readonly dataGenerationPollMs?: number;
 }
 
 /**
@@ -94,6 +96,7 @@ export function createServices(
   const generation = new DataGeneration(databases.reader, {
     logger,
     ...(redis ? { changes: redis.dataChanges } : {}),
+    ...(options.dataGenerationPollMs === undefined ? {} : { pollMs: options.dataGenerationPollMs }),
   });
   const answers = new AnswerCache(config.answerCacheBytes);
   generation.onChange(() => answers.clear());

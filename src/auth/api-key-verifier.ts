@@ -105,12 +105,6 @@ export class ApiKeyVerifier {
     return { keyId: entry.keyId, accountId: entry.accountId, plan: entry.plan, scopes: entry.scopes };
   }
 
-  /** Drops a cached key (after a revocation made through this process, before the bus delivers). */
-  forget(keyId: string): void {
-    this.revocationEpoch++;
-    this.cache.delete(keyId);
-  }
-
   close(): void {
     this.unsubscribe();
     this.cache.clear();

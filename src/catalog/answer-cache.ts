@@ -1,5 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import { Answer, type ReadAnswer } from '../http/answer.js';
+import type { ListPositions } from './read-repository.js';
 
 /** What a lazy answer is counted as: its row and closure, not its body, which it does not hold. */
 const LAZY_ANSWER_BYTES = 1024;
@@ -30,6 +31,8 @@ export interface AnswerCacheStats {
  */
 export class AnswerCache {
   private readonly entries: LRUCache<string, Entry> | undefined;
+  /** The positions of lists of Resources (see `ListPositions`): small, and kept whatever the budget. */
+  private readonly lists = new LRUCache<string, ListPositions>({ max: 1000 });
   private readonly loading = new Map<string, Promise<ReadAnswer>>();
   private epoch = 0;
   private hits = 0;
@@ -84,10 +87,20 @@ export class AnswerCache {
     return started;
   }
 
-  /** Forgets every answer; answers being made now are not kept either. */
+  /** The positions of a list of Resources, kept as answers are, until the data changes. */
+  positions(key: string): ListPositions | undefined {
+    return this.lists.get(key);
+  }
+
+  keepPositions(key: string, positions: ListPositions, ticket: number): void {
+    if (ticket === this.epoch) this.lists.set(key, positions);
+  }
+
+  /** Forgets every answer and list position; those being made now are not kept either. */
   clear(): void {
     this.epoch++;
     this.entries?.clear();
+    this.lists.clear();
   }
 
   get stats(): AnswerCacheStats {

@@ -18,7 +18,8 @@ export async function advanceDataGeneration(trx: Db): Promise<void> {
     .execute();
 }
 
-async function readDataGeneration(db: Db): Promise<number> {
+/** The data generation as `db` (or a transaction) sees it now. */
+export async function readDataGeneration(db: Db): Promise<number> {
   const row = await db
     .selectFrom('data_generation')
     .select('generation')

@@ -44,14 +44,14 @@ function pageOf(request: PageRequest): { page: number; pageSize: number } {
   return { page: request.page ?? 1, pageSize: request.pageSize ?? DEFAULT_PAGE_SIZE };
 }
 
-/** Counts first, so that a page past the end costs no second query (D3). */
+/** Counts first (or knows the count), so that a page past the end costs no second query (D3). */
 async function readPage<R>(
   request: PageRequest,
-  count: () => Promise<number>,
+  count: number | (() => Promise<number>),
   fetch: (window: repo.PageWindow) => Promise<R[]>,
 ): Promise<{ rows: R[]; meta: PageMeta }> {
   const { page, pageSize } = pageOf(request);
-  const total = await count();
+  const total = typeof count === 'number' ? count : await count();
   const offset = (page - 1) * pageSize;
   const rows = offset < total ? await fetch({ offset, limit: pageSize }) : [];
   return { rows, meta: { page, pageSize, pageCount: Math.ceil(total / pageSize), total } };
@@ -124,10 +124,12 @@ export class PlaybookService {
         const catalog = await repo.findCatalog(this.db, principal, params.owner, params.catalogSlug);
         if (!catalog) throw new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`);
         const kinds = query.kind ?? [];
-        const { rows, meta } = await readPage(
-          query,
-          () => repo.countResources(this.db, catalog, kinds),
-          (window) => repo.listResources(this.db, principal, catalog, kinds, window),
+        const listKey = `${catalog.id}|${setKey(kinds)}`;
+        const positions =
+          this.answers.positions(listKey) ??
+          this.keepPositions(listKey, await repo.resourcePositions(this.db, catalog, kinds), ticket);
+        const { rows, meta } = await readPage(query, positions.total, (window) =>
+          repo.listResources(this.db, catalog, kinds, window, positions),
         );
         return this.keep(key, Answer.json(serialize({ data: rows.map(toResourceListItem), meta })), ticket);
       })
@@ -239,6 +241,11 @@ export class PlaybookService {
         ? undefined
         : this.answers.get(key(audienceOf(principal, principal.accountId))))
     );
+  }
+
+  private keepPositions(key: string, positions: repo.ListPositions, ticket: number): repo.ListPositions {
+    this.answers.keepPositions(key, positions, ticket);
+    return positions;
   }
 
   private keep<A extends ReadAnswer>(key: string, answer: A, ticket: number): A {

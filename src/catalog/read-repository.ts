@@ -1,18 +1,12 @@
-import { type SelectQueryBuilder, sql } from 'kysely';
+import { sql } from 'kysely';
 import type { Principal } from '../auth/principal.js';
-import type {
-  CatalogRow,
-  CatalogVersionRow,
-  Database,
-  Db,
-  ResourceRow,
-  ResourceVersionRow,
-} from '../db/tables.js';
+import type { CatalogRow, CatalogVersionRow, Db, ResourceRow, ResourceVersionRow } from '../db/tables.js';
 import type { SourceScope } from '../schemas/common.js';
 import type { ResourceKind } from '../schemas/playbook.js';
 import {
   catalogVisibleTo,
   currentVersionVisible,
+  currentVersionVisibleIn,
   resourceVisibleIn,
   resourceVisibleTo,
   versionVisibleTo,
@@ -149,10 +143,11 @@ export async function listCatalogs(
   }));
 }
 
-/** The Catalog a list of Resources names: visible to the caller, its id and whose it is. */
+/** The Catalog a list of Resources names, found visible to the caller: its id, whose it is, its slug. */
 export interface VisibleCatalog {
   readonly id: string;
   readonly account_id: string | null;
+  readonly slug: string;
 }
 
 /** The visible Catalog `owner/slug` names; `org` is always the caller's own account (D5). */
@@ -165,7 +160,7 @@ export async function findCatalog(
   if (owner === 'org' && principal.accountId === null) return undefined;
   return db
     .selectFrom('catalogs')
-    .select(['catalogs.id', 'catalogs.account_id'])
+    .select(['catalogs.id', 'catalogs.account_id', 'catalogs.slug'])
     .where(catalogVisibleTo(principal))
     .where('catalogs.slug', '=', slug)
     .where('catalogs.account_id', owner === 'svc' ? 'is' : '=', owner === 'svc' ? null : principal.accountId)
@@ -231,62 +226,90 @@ function resourcesOf(db: Db, catalog: VisibleCatalog, kinds: readonly ResourceKi
   return query;
 }
 
-/** Counted from an index alone (migration 0004). */
-export async function countResources(
+/** Every how many Resources of a list a position is marked. */
+export const POSITION_MARK_EVERY = 100;
+
+/**
+ * Where the pages of one list of a Catalog's Resources begin: how many Resources the list holds, and
+ * the slug at every `POSITION_MARK_EVERY`th position. With them a page at any depth is found by seeking
+ * to a slug and skipping fewer than `POSITION_MARK_EVERY` entries, so the last page of a large
+ * Catalog costs what the first does. They stay right until the data changes (the read path keeps them
+ * with its answers).
+ */
+export interface ListPositions {
+  readonly total: number;
+  /** Every how many Resources a position is marked. */
+  readonly every: number;
+  readonly marks: readonly string[];
+}
+
+/**
+ * Its marked slugs in one statement that walks the list's index (migration 0004) from mark to mark,
+ * seeking to each and skipping `every - 1` entries, then its length from the marks and the last
+ * stretch. As costly as counting the list once, and then no page of it costs more than another.
+ */
+export async function resourcePositions(
   db: Db,
   catalog: VisibleCatalog,
   kinds: readonly ResourceKind[],
-): Promise<number> {
-  const row = await resourcesOf(db, catalog, kinds)
-    .select((eb) => eb.fn.countAll().as('total'))
+  every = POSITION_MARK_EVERY,
+): Promise<ListPositions> {
+  const first = resourcesOf(db, catalog, kinds).select('resources.slug').orderBy('resources.slug').limit(1);
+  const next = resourcesOf(db, catalog, kinds)
+    .select('resources.slug')
+    .where('resources.slug', '>', sql.ref<string>('marks.slug'))
+    .orderBy('resources.slug')
+    .offset(every - 1)
+    .limit(1);
+  const { rows } = await sql<{ slug: string }>`
+    with recursive marks(slug) as (
+      select (${first})
+      union all
+      select (${next}) from marks where marks.slug is not null
+    )
+    select slug from marks where slug is not null`.execute(db);
+  const marks = rows.map((row) => row.slug);
+  const last = marks.at(-1);
+  if (last === undefined) return { total: 0, every, marks };
+  const { rest } = await resourcesOf(db, catalog, kinds)
+    .where('resources.slug', '>=', last)
+    .select((eb) => eb.fn.countAll().as('rest'))
     .executeTakeFirstOrThrow();
-  return Number(row.total);
-}
-
-/** Resources joined with their Catalog and, under the alias `v`, their current version. */
-function withCatalogAndCurrentVersion<O>(
-  query: SelectQueryBuilder<Database, 'resources', O>,
-  principal: Principal,
-  join: 'left' | 'inner',
-) {
-  const joined = query.innerJoin('catalogs', 'catalogs.id', 'resources.catalog_id');
-  const versioned =
-    join === 'left'
-      ? joined.leftJoin('resource_versions as v', (on) =>
-          on.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisible),
-        )
-      : joined.innerJoin('resource_versions as v', (on) =>
-          on.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisible),
-        );
-  return versioned
-    .selectAll('resources')
-    .select(['catalogs.account_id as catalog_account_id', 'catalogs.slug as catalog_slug'])
-    .where(resourceVisibleTo(principal));
+  return { total: (marks.length - 1) * every + Number(rest), every, marks };
 }
 
 /**
  * One page of a visible Catalog's Resources by slug, each with its current version's summary.
  *
  * Two statements, each of which an index serves in order with no sort: the page's ids, from the
- * index that holds catalog, slug, status and id (migration 0004), where the rows a deep page skips
- * are index entries rather than rows; then the page's rows, by primary key.
+ * index that holds catalog, slug, status and id (migration 0004), found from the nearest marked
+ * position before the page (`positions`); then the page's rows, by primary key.
  */
 export async function listResources(
   db: Db,
-  principal: Principal,
   catalog: VisibleCatalog,
   kinds: readonly ResourceKind[],
   window: PageWindow,
+  positions: ListPositions,
 ): Promise<ResourceListRow[]> {
+  const mark = Math.min(Math.floor(window.offset / positions.every), positions.marks.length - 1);
+  if (mark < 0) return [];
   const page = await resourcesOf(db, catalog, kinds)
+    .where('resources.slug', '>=', positions.marks[mark]!)
     .select('resources.id')
     .orderBy('resources.slug')
-    .offset(window.offset)
+    .offset(window.offset - mark * positions.every)
     .limit(window.limit)
     .execute();
   if (page.length === 0) return [];
   const ids = page.map((row) => row.id);
-  const rows = await withCatalogAndCurrentVersion(db.selectFrom('resources'), principal, 'left')
+  // The ids passed the visibility rules above and the Catalog is known: its rows need no join with it.
+  const rows = await db
+    .selectFrom('resources')
+    .leftJoin('resource_versions as v', (on) =>
+      on.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisibleIn(catalog)),
+    )
+    .selectAll('resources')
     .select(prefixed('v', VERSION_SUMMARY_COLUMNS))
     .where('resources.id', 'in', ids)
     .execute();
@@ -294,8 +317,8 @@ export async function listResources(
   rows.sort((a, b) => position.get(a.id)! - position.get(b.id)!);
   return rows.map((row) => ({
     resource: pick(row, RESOURCE_COLUMNS),
-    catalogAccountId: row.catalog_account_id,
-    catalogSlug: row.catalog_slug,
+    catalogAccountId: catalog.account_id,
+    catalogSlug: catalog.slug,
     currentVersion:
       row.v_id === null ? undefined : unprefixed<VersionSummaryRow>(row, 'v', VERSION_SUMMARY_COLUMNS),
   }));
@@ -310,9 +333,17 @@ export async function findResource(
   principal: Principal,
   resourceId: string,
 ): Promise<ResourceDetailRow | undefined> {
-  const row = await withCatalogAndCurrentVersion(db.selectFrom('resources'), principal, 'inner')
+  const row = await db
+    .selectFrom('resources')
+    .innerJoin('catalogs', 'catalogs.id', 'resources.catalog_id')
+    .innerJoin('resource_versions as v', (on) =>
+      on.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisible),
+    )
+    .selectAll('resources')
+    .select(['catalogs.account_id as catalog_account_id', 'catalogs.slug as catalog_slug'])
     .select(prefixed('v', VERSION_DETAIL_COLUMNS))
     .where('resources.id', '=', resourceId)
+    .where(resourceVisibleTo(principal))
     .executeTakeFirst();
   if (!row) return undefined;
   return {

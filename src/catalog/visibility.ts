@@ -63,6 +63,12 @@ export function currentVersionVisible(eb: ExpressionBuilder<WithCurrentVersion, 
   return eb.or([eb('catalogs.account_id', 'is not', null), eb('v.status', '!=', 'draft')]);
 }
 
+/** `currentVersionVisible` for the Resources of a Catalog already found visible, without joining it. */
+export function currentVersionVisibleIn(catalog: { readonly account_id: string | null }) {
+  return (eb: ExpressionBuilder<WithCurrentVersion, 'v'>): Expression<SqlBool> =>
+    catalog.account_id === null ? eb('v.status', '!=', 'draft') : eb.lit(true);
+}
+
 /**
  * Who else sees exactly what `principal` sees of something owned by `catalogAccountId` (null for the
  * service): the audience an answer may be shared with. The rules above decide service-owned content

@@ -1,4 +1,3 @@
-import type { Command } from 'commander';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Config } from '../config.js';
 import type { Services } from '../services.js';
@@ -18,5 +17,3 @@ export interface CliContext {
 export class CommandError extends Error {
   override name = 'CommandError';
 }
-
-export type CommandRegistrar = (program: Command, context: CliContext) => void;

@@ -1,4 +1,5 @@
-import { canonicalJson, sha256Hex } from '../content/hash.js';
+import { createHash } from 'node:crypto';
+import { canonicalJson } from '../content/hash.js';
 import type { ResourcePin } from '../schemas/playbook.js';
 
 /** What a published Catalog version pins of one of its Resources. */
@@ -34,9 +35,26 @@ export function catalogPins(
     }));
 }
 
-/** SHA-256 of the canonical JSON of the pins (D12). */
+/**
+ * SHA-256 of the canonical JSON of the pins (D12), hashed pin by pin: a Catalog of 100,000 Resources
+ * would otherwise build its canonical text, and a sorted copy of every pin, at once. A pin's keys are
+ * the contract's five, written here in sorted order, so each pin's text is `canonicalJson`'s.
+ */
 export function manifestHashOf(pins: readonly ResourcePin[]): string {
-  return sha256Hex(canonicalJson(pins));
+  const hash = createHash('sha256').update('[');
+  pins.forEach((pin, index) => {
+    if (index > 0) hash.update(',');
+    hash.update(
+      JSON.stringify({
+        contentHash: pin.contentHash,
+        resourceHumanRef: pin.resourceHumanRef,
+        resourceId: pin.resourceId,
+        resourceVersionId: pin.resourceVersionId,
+        version: pin.version,
+      }),
+    );
+  });
+  return hash.update(']').digest('hex');
 }
 
 /**

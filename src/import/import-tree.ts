@@ -1,5 +1,5 @@
 import { ACCOUNT_ID_PATTERN } from '../catalog/accounts.js';
-import type { DataGeneration } from '../catalog/data-generation.js';
+import { type DataGeneration, readDataGeneration } from '../catalog/data-generation.js';
 import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';
 import { ImportValidationError } from './import-error.js';
@@ -67,20 +67,26 @@ export async function importTree(deps: ImportDeps, options: ImportOptions): Prom
   const planOptions = { owner, now: (options.now ?? (() => new Date().toISOString()))() };
 
   // Planned first outside any transaction, so that an unchanged tree or a dry run opens no write.
+  const plannedAt = await readDataGeneration(deps.db);
   const preview = planImport(tree, await loadNamespaceState(deps.db, owner, slugs), planOptions);
   if (preview.refusals.length > 0) throw new ImportValidationError(preview.refusals);
   if (options.dryRun || planIsEmpty(preview)) return reportOf(preview, options.dryRun === true);
 
   const stored = new Set<string>();
   await storeObjects(deps.objectStore, preview, stored, onProgress);
-  // Planned again inside the transaction, so that what commits matches what storage holds at commit
-  // even if something else wrote meanwhile; objects the first plan did not foresee are stored here.
+  // What commits must match what storage holds at commit, even if something else wrote meanwhile: the
+  // transaction plans again, unless the data generation says nothing did (every writer of Catalog data
+  // advances it), and then the preview is the plan (a plan of 100,000 Resources is not small to make
+  // twice). Objects a new plan did not foresee are stored here.
   const apply = () =>
     deps.db
       .transaction()
       .setIsolationLevel('serializable')
       .execute(async (trx) => {
-        const plan = planImport(tree, await loadNamespaceState(trx, owner, slugs), planOptions);
+        const unchanged = (await readDataGeneration(trx)) === plannedAt;
+        const plan = unchanged
+          ? preview
+          : planImport(tree, await loadNamespaceState(trx, owner, slugs), planOptions);
         if (plan.refusals.length > 0) throw new ImportValidationError(plan.refusals);
         if (planIsEmpty(plan)) return plan;
         await storeObjects(deps.objectStore, plan, stored, onProgress);
@@ -94,6 +100,8 @@ export async function importTree(deps: ImportDeps, options: ImportOptions): Prom
     } catch (error) {
       if (attempt >= MAX_ATTEMPTS || !isWriteConflict(error)) throw error;
       onProgress?.(`storage changed during the import; planning again (attempt ${attempt + 1})`);
+      // The writer that got in first needs time to finish: retrying at once would meet it again.
+      await new Promise((resolve) => setTimeout(resolve, RETRY_AFTER_MS * attempt * (0.5 + Math.random())));
     }
   }
   if (!planIsEmpty(applied)) await deps.changes?.announce();
@@ -101,7 +109,8 @@ export async function importTree(deps: ImportDeps, options: ImportOptions): Prom
 }
 
 /** Transactions retried when a concurrent writer got in first; a retry plans against the new state. */
-const MAX_ATTEMPTS = 3;
+const MAX_ATTEMPTS = 5;
+const RETRY_AFTER_MS = 100;
 
 /**
  * A conflict with a concurrent writer that a fresh attempt resolves: SQLite's stale read snapshot or
@@ -120,7 +129,7 @@ function reportOf(plan: ImportPlan, dryRun: boolean): ImportReport {
   return {
     dryRun,
     changed: !planIsEmpty(plan),
-    lines: plan.lines,
+    lines: plan.lines.map((line) => (typeof line === 'string' ? line : line.line())),
     counts,
     summary: summarize(counts, dryRun),
   };

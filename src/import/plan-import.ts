@@ -12,13 +12,107 @@ import type { ResourcePin } from '../schemas/playbook.js';
 import { catalogPins, manifestHashOf, type PinSource, pinChanges } from './catalog-pins.js';
 import { emptyCounts, type ImportCounts, type MutableCounts, plural } from './import-report.js';
 import type { CatalogState, ImportOwner, NamespaceState, ResourceState } from './namespace-state.js';
-import type { ImportTree, TreeCatalog, TreeResource } from './read-tree.js';
+import {
+  type ImportTree,
+  manifestDigestOf,
+  type ResourceSource,
+  type TreeCatalog,
+  type TreeResource,
+} from './read-tree.js';
 
-/** A Resource Version to insert, with the content it names. */
-export interface PlannedVersion {
-  readonly row: ResourceVersionRow;
-  readonly content: string;
+/** A row whose manifest is read from the tree when it is written (see `ResourceSource`). */
+export type WithManifestFrom<Row extends { manifest: string }> = Omit<Row, 'manifest'> & {
+  readonly manifest: string | ResourceSource;
+};
+
+/**
+ * A Resource Version to insert; its manifest and content are read from `source` when it is written.
+ * The row is made when it is asked for: a plan of 100,000 new Resources holds this much, not the rows.
+ */
+export class PlannedVersion {
+  constructor(
+    readonly id: string,
+    readonly resourceId: string,
+    private readonly resource: TreeResource,
+    private readonly now: string,
+  ) {}
+
+  get source(): ResourceSource {
+    return this.resource.source;
+  }
+
+  get row(): Omit<ResourceVersionRow, 'manifest'> {
+    const { resource, now } = this;
+    const published = resource.status !== 'draft';
+    return {
+      id: this.id,
+      resource_id: this.resourceId,
+      version: resource.version,
+      content_hash: resource.contentHash,
+      content_size_bytes: resource.contentSizeBytes,
+      media_type: resource.mediaType,
+      storage_backend: resource.storageBackend,
+      status: published ? 'published' : 'draft',
+      published_at: published ? now : null,
+      superseded_at: null,
+      archived_at: null,
+      created_at: now,
+    };
+  }
 }
+
+/** A line of the import report made on demand (see `ImportPlan.lines`). */
+export interface ReportLine {
+  line(): string;
+}
+
+/** A Resource to insert or replace: its row, made when it is written (see `PlannedVersion`). */
+export interface PlannedResource {
+  row(): WithManifestFrom<ResourceRow>;
+}
+
+/** A new Resource of the tree, its row made from the tree when it is written. */
+class NewResource implements PlannedResource, ReportLine {
+  constructor(
+    private readonly id: string,
+    private readonly catalogId: string,
+    private readonly catalogRef: string,
+    private readonly resource: TreeResource,
+    private readonly versionId: string,
+    private readonly now: string,
+  ) {}
+
+  line(): string {
+    const { resource } = this;
+    return (
+      `+ resource ${this.catalogRef}/${resource.slug} (${resource.kind}, ${resource.status}): ` +
+      `version ${resource.version} ${resource.status === 'draft' ? 'draft' : 'published'}, ` +
+      `${resource.contentSizeBytes} bytes in ${resource.storageBackend}`
+    );
+  }
+
+  row(): WithManifestFrom<ResourceRow> {
+    const { resource, now } = this;
+    return {
+      id: this.id,
+      catalog_id: this.catalogId,
+      slug: resource.slug,
+      kind: resource.kind,
+      title: resource.title,
+      status: resource.status,
+      description: resource.description ?? null,
+      facets: resource.facetsJson ?? null,
+      manifest: resource.source,
+      current_version_id: this.versionId,
+      created_at: now,
+      updated_at: now,
+      archived_at: resource.status === 'archived' ? now : null,
+    };
+  }
+}
+
+/** A Catalog version to publish: its pins' JSON text is made when it is written. */
+export type PlannedCatalogVersion = Omit<CatalogVersionRow, 'pins'> & { readonly pins: () => string };
 
 /**
  * Every write an import makes, worked out before any is made. Rows are complete: a row whose id
@@ -31,13 +125,18 @@ export interface ImportPlan {
   /** Catalogs whose facet rows are replaced by `facetRows`. */
   readonly facetCatalogIds: readonly string[];
   readonly facetRows: readonly CatalogFacetValueTable[];
-  readonly catalogVersions: readonly CatalogVersionRow[];
-  readonly resourceRows: readonly ResourceRow[];
+  readonly catalogVersions: readonly PlannedCatalogVersion[];
+  /** New and changed Resources; the manifest of a new or changed one is read from the tree. */
+  readonly resourceRows: readonly PlannedResource[];
   readonly newVersions: readonly PlannedVersion[];
   readonly supersededVersionIds: readonly string[];
   /** Draft versions that become `published` in place. */
   readonly publishedVersionIds: readonly string[];
-  readonly lines: readonly string[];
+  /**
+   * What changes, one line each, in order; a created Resource's line is made when it is read (a tree of
+   * 100,000 new Resources would otherwise hold 100,000 lines from planning to the report).
+   */
+  readonly lines: readonly (string | ReportLine)[];
   /** Changes refused because they would rewrite an immutable version label; one line each. */
   readonly refusals: readonly string[];
   readonly counts: ImportCounts;
@@ -146,7 +245,7 @@ class Planner {
     }
 
     // With a refused resource the pins are unknown; the import stops at the refusals anyway.
-    let newVersion: CatalogVersionRow | undefined;
+    let newVersion: PlannedCatalogVersion | undefined;
     if (!refused) newVersion = this.planCatalogVersion(catalogId, catalog, existing, pinSources);
 
     const row = this.planCatalogRow(catalogId, catalog, existing, newVersion);
@@ -164,7 +263,7 @@ class Planner {
     catalogId: string,
     catalog: TreeCatalog,
     existing: CatalogState | undefined,
-    newVersion: CatalogVersionRow | undefined,
+    newVersion: PlannedCatalogVersion | undefined,
   ): string | undefined {
     const ref = `${this.owner}/${catalog.slug}`;
     const facets = facetsJson(catalog.facets);
@@ -232,8 +331,9 @@ class Planner {
     catalog: TreeCatalog,
     existing: CatalogState | undefined,
     sources: PinSource[],
-  ): CatalogVersionRow | undefined {
-    const pins = catalogPins(this.owner, catalog.slug, sources);
+  ): PlannedCatalogVersion | undefined {
+    const owner = this.owner;
+    const pins = catalogPins(owner, catalog.slug, sources);
     const manifestHash = manifestHashOf(pins);
     const current = existing?.currentVersion;
     if (current) {
@@ -258,11 +358,12 @@ class Planner {
       );
       return undefined;
     }
-    const row: CatalogVersionRow = {
+    const row: PlannedCatalogVersion = {
       id: this.newId(),
       catalog_id: catalogId,
       version: catalog.version,
-      pins: JSON.stringify(pins),
+      // The pins are not kept (100,000 of them are tens of megabytes); their sources are, in slug order.
+      pins: () => JSON.stringify(catalogPins(owner, catalog.slug, sources)),
       manifest_hash: manifestHash,
       resource_count: pins.length,
       published_at: this.now,
@@ -281,34 +382,21 @@ class Planner {
     existing: ResourceState | undefined,
   ): PinSource | 'refused' {
     const ref = `${catalogRef}/${resource.slug}`;
-    const manifest = JSON.stringify(resource.manifest);
     const fields = {
       kind: resource.kind,
       title: resource.title,
       status: resource.status,
       description: resource.description ?? null,
-      facets: facetsJson(resource.facets),
-      manifest,
+      facets: resource.facetsJson ?? null,
     };
 
     if (!existing) {
       const id = this.newId();
-      const version = this.newVersion(id, resource, manifest);
-      this.out.resourceRows.push({
-        id,
-        catalog_id: catalogId,
-        slug: resource.slug,
-        ...fields,
-        current_version_id: version.id,
-        created_at: this.now,
-        updated_at: this.now,
-        archived_at: resource.status === 'archived' ? this.now : null,
-      });
+      const version = this.newVersion(id, resource);
+      const created = new NewResource(id, catalogId, catalogRef, resource, version.id, this.now);
+      this.out.resourceRows.push(created);
       this.counts.resourcesCreated++;
-      this.out.lines.push(
-        `+ resource ${ref} (${resource.kind}, ${resource.status}): version ${resource.version} ${version.status}, ` +
-          `${resource.contentSizeBytes} bytes in ${resource.storageBackend}`,
-      );
+      this.out.lines.push(created);
       return pinSource(id, resource, version.id);
     }
 
@@ -325,11 +413,11 @@ class Planner {
         );
         return 'refused';
       }
-      currentVersionId = this.newVersion(row.id, resource, manifest).id;
+      currentVersionId = this.newVersion(row.id, resource).id;
       if (current) {
         this.out.supersededVersionIds.push(current.id);
         this.counts.resourceVersionsSuperseded++;
-        const changes = versionChanges(current, resource, manifest);
+        const changes = versionChanges(current, resource);
         const why = changes.length > 0 ? `${changes.join(', ')} changed` : 'new label';
         parts.push(
           `version ${current.version} → ${resource.version} (${why}; ${current.version} superseded)`,
@@ -338,7 +426,7 @@ class Planner {
         parts.push(`version ${resource.version}`);
       }
     } else {
-      const changes = versionChanges(current, resource, manifest);
+      const changes = versionChanges(current, resource);
       if (changes.length > 0) {
         this.out.refusals.push(
           `${resource.file}: version: ${changes.join(', ')} changed but the version "${resource.version}" ` +
@@ -359,66 +447,55 @@ class Planner {
       (key) => row[key] !== fields[key],
     );
     if (!sameJson(row.facets, fields.facets)) changed.push('facets');
-    if (!sameJson(row.manifest, fields.manifest)) changed.push('manifest');
+    const manifestChanged = manifestDigestOf(row.manifest) !== resource.manifestDigest;
+    if (manifestChanged) changed.push('manifest');
     if (changed.length > 0) parts.push(`${changed.join(', ')} changed`);
     if (row.status !== resource.status) parts.push(`status ${row.status} → ${resource.status}`);
 
     if (parts.length === 0) {
       this.counts.resourcesUnchanged++;
     } else {
-      this.out.resourceRows.push({
+      const changedRow: WithManifestFrom<ResourceRow> = {
         ...row,
         ...fields,
+        manifest: manifestChanged ? resource.source : row.manifest,
         current_version_id: currentVersionId,
         updated_at: this.now,
         archived_at: archivedAt(row.status, row.archived_at, resource.status, this.now),
-      });
+      };
+      this.out.resourceRows.push({ row: () => changedRow });
       this.counts.resourcesUpdated++;
       this.out.lines.push(`~ resource ${ref}: ${parts.join('; ')}`);
     }
     return pinSource(row.id, resource, currentVersionId);
   }
 
-  private newVersion(resourceId: string, resource: TreeResource, manifest: string): ResourceVersionRow {
-    const published = resource.status !== 'draft';
-    const row: ResourceVersionRow = {
-      id: this.newId(),
-      resource_id: resourceId,
-      version: resource.version,
-      content_hash: resource.contentHash,
-      content_size_bytes: resource.contentSizeBytes,
-      media_type: resource.mediaType,
-      storage_backend: resource.storageBackend,
-      status: published ? 'published' : 'draft',
-      manifest,
-      published_at: published ? this.now : null,
-      superseded_at: null,
-      archived_at: null,
-      created_at: this.now,
-    };
-    this.out.newVersions.push({ row, content: resource.content });
+  private newVersion(resourceId: string, resource: TreeResource): PlannedVersion {
+    const version = new PlannedVersion(this.newId(), resourceId, resource, this.now);
+    this.out.newVersions.push(version);
     this.counts.resourceVersionsCreated++;
-    return row;
+    return version;
   }
 
   private archiveRemoved(catalogRef: string, resource: ResourceState): void {
     if (resource.row.status === 'archived') return;
-    this.out.resourceRows.push({
+    const archived: ResourceRow = {
       ...resource.row,
       status: 'archived',
       updated_at: this.now,
       archived_at: this.now,
-    });
+    };
+    this.out.resourceRows.push({ row: () => archived });
     this.counts.resourcesArchived++;
     this.out.lines.push(`- resource ${catalogRef}/${resource.row.slug}: archived (its file is gone)`);
   }
 }
 
 /** What makes `resource` a different Resource Version from `current`, the label aside. */
-function versionChanges(current: ResourceVersionRow, resource: TreeResource, manifest: string): string[] {
+function versionChanges(current: ResourceVersionRow, resource: TreeResource): string[] {
   return [
     ...(current.content_hash === resource.contentHash ? [] : ['content']),
-    ...(sameJson(current.manifest, manifest) ? [] : ['manifest']),
+    ...(manifestDigestOf(current.manifest) === resource.manifestDigest ? [] : ['manifest']),
     ...(current.media_type === resource.mediaType ? [] : ['mediaType']),
   ];
 }

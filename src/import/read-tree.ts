@@ -1,12 +1,14 @@
 import type { Dirent } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { sha256Hex, utf8Size } from '../content/hash.js';
-import type { Facets, LifecycleStatus, Manifest } from '../schemas/common.js';
+import { crc32 } from 'node:zlib';
+import { canonicalJson, sha256Hex, utf8Size } from '../content/hash.js';
+import type { Facets, LifecycleStatus } from '../schemas/common.js';
 import type { ResourceKind, StorageBackend } from '../schemas/playbook.js';
 import { mapWithLimit, progressCounter } from './batches.js';
 import { readContentFile } from './content-file.js';
 import { catalogFileChecker, type ResourceFile, resourceFileChecker, slugChecker } from './file-schemas.js';
+import { ImportValidationError } from './import-error.js';
 import { schemaProblems, slugRule } from './schema-problems.js';
 
 /** Content up to this many UTF-8 bytes defaults to `database-text`; anything larger to `object-storage` (D15). */
@@ -15,7 +17,23 @@ export const DATABASE_TEXT_MAX_BYTES = 65_536;
 /** Files read at once: enough to keep the disk busy, few enough to stay far from descriptor limits. */
 const READ_CONCURRENCY = 32;
 
-/** A valid resource file, with its content loaded, hashed and assigned a storage backend. */
+/** What a resource file gives that is too large to hold for every Resource of a tree at once. */
+export interface ResourceBody {
+  /** The manifest as JSON text, as it is stored. */
+  readonly manifest: string;
+  readonly content: string;
+}
+
+/**
+ * Where a Resource's manifest and content are read when they are written: a tree holds only their
+ * digests (100,000 resources would otherwise hold hundreds of megabytes), and the writer reads each
+ * again, a batch at a time. Reading again checks the digests, so what is written is what was planned.
+ */
+export interface ResourceSource {
+  read(): Promise<ResourceBody>;
+}
+
+/** A valid resource file: its fields, and the digests and sizes of its manifest and content. */
 export interface TreeResource {
   readonly slug: string;
   /** Path relative to the tree, for messages. */
@@ -25,13 +43,15 @@ export interface TreeResource {
   readonly version: string;
   readonly mediaType: string;
   readonly status: LifecycleStatus;
-  readonly description?: string;
-  readonly facets?: Facets;
-  readonly manifest: Manifest;
+  readonly description: string | undefined;
+  /** The facets as the JSON text that is stored (a tree of 100,000 holds them as text, not objects). */
+  readonly facetsJson: string | undefined;
+  /** SHA-256 of the manifest's canonical JSON: a change of manifest is told by it. */
+  readonly manifestDigest: string;
   readonly storageBackend: StorageBackend;
-  readonly content: string;
   readonly contentHash: string;
   readonly contentSizeBytes: number;
+  readonly source: ResourceSource;
 }
 
 /** A valid catalog folder and its resources, in slug order. */
@@ -121,9 +141,17 @@ export async function readImportTree(dir: string, onProgress?: (line: string) =>
   for (const listing of listings.filter((l) => l.readable)) {
     realDirs.set(listing.absolute, await fs.realpath(listing.absolute));
   }
+  const folders = new Map<string, CatalogFolder>();
+  const interned = new Interned();
   const resourceReadings = await mapWithLimit(resourceEntries, READ_CONCURRENCY, async (entry) => {
-    const catalogDir = path.dirname(path.dirname(entry.absolute));
-    const reading = await readResourceFile(entry, catalogDir, realDirs.get(catalogDir) ?? catalogDir);
+    const dir = path.dirname(path.dirname(entry.absolute));
+    let folder = folders.get(dir);
+    if (!folder) {
+      folder = { name: path.basename(dir), dir, realDir: realDirs.get(dir) ?? dir };
+      folders.set(dir, folder);
+    }
+    // The body is dropped here: it is read again, a batch at a time, when it is written.
+    const reading = await readResourceFile(entry, folder, interned);
     counted();
     return reading;
   });
@@ -218,11 +246,100 @@ async function readCatalogFile(listing: FolderListing): Promise<CatalogReading> 
 
 type ResourceReading = { problems: string[]; resource?: TreeResource };
 
-async function readResourceFile(
-  entry: ResourceEntry,
-  catalogDir: string,
-  catalogRealDir: string,
-): Promise<ResourceReading> {
+/** The folder of a catalog, shared by all its resources. */
+interface CatalogFolder {
+  /** The folder's name: the catalog's slug. */
+  readonly name: string;
+  readonly dir: string;
+  readonly realDir: string;
+}
+
+/** A resource file of a catalog folder, from the folder and the resource's slug. */
+function entryOf(folder: CatalogFolder, slug: string): ResourceEntry {
+  return {
+    slug,
+    absolute: path.join(folder.dir, 'resources', `${slug}.json`),
+    display: `${folder.name}/resources/${slug}.json`,
+  };
+}
+
+/** The digest of a manifest's canonical JSON, from its JSON text: equal manifests, equal digests. */
+export function manifestDigestOf(manifestJson: string): string {
+  return sha256Hex(canonicalJson(JSON.parse(manifestJson)));
+}
+
+/**
+ * One text per distinct value for the fields that repeat across a tree (version labels, media
+ * types, facets): JSON.parse makes a new string for every file, and a tree of 100,000 resources holds
+ * them all until it is written.
+ */
+class Interned {
+  private readonly values = new Map<string, string>();
+
+  of(value: string): string {
+    const held = this.values.get(value);
+    if (held !== undefined) return held;
+    this.values.set(value, value);
+    return value;
+  }
+}
+
+/**
+ * A valid resource file as the tree holds it: its fields, and where its manifest and content are read
+ * again. A class, so that 100,000 of them share their methods and derive what they can.
+ */
+class FileResource implements TreeResource, ResourceSource {
+  constructor(
+    readonly slug: string,
+    private readonly folder: CatalogFolder,
+    readonly kind: ResourceKind,
+    readonly title: string,
+    readonly version: string,
+    readonly mediaType: string,
+    readonly status: LifecycleStatus,
+    readonly description: string | undefined,
+    readonly facetsJson: string | undefined,
+    readonly manifestDigest: string,
+    readonly storageBackend: StorageBackend,
+    readonly contentHash: string,
+    readonly contentSizeBytes: number,
+    /** CRC32 of the file's bytes: a file changed since it was planned is not written. */
+    private readonly fileCrc: number,
+  ) {}
+
+  get file(): string {
+    return entryOf(this.folder, this.slug).display;
+  }
+
+  get source(): ResourceSource {
+    return this;
+  }
+
+  async read(): Promise<ResourceBody> {
+    const entry = entryOf(this.folder, this.slug);
+    const again = await parseResourceFile(entry, this.folder);
+    const body = again.body;
+    if (
+      body === undefined ||
+      again.fileCrc !== this.fileCrc ||
+      sha256Hex(body.content) !== this.contentHash
+    ) {
+      throw new ImportValidationError([
+        `${entry.display}: changed while it was being imported; nothing was written, import again`,
+      ]);
+    }
+    return body;
+  }
+}
+
+type ParsedResourceFile = {
+  problems: string[];
+  spec?: ResourceFile;
+  body?: ResourceBody;
+  fileCrc?: number;
+};
+
+async function parseResourceFile(entry: ResourceEntry, folder: CatalogFolder): Promise<ParsedResourceFile> {
   const { display } = entry;
   const json = await readJson(entry.absolute, display, false);
   if ('problem' in json) return { problems: [json.problem] };
@@ -239,34 +356,46 @@ async function readResourceFile(
   }
   let content = typeof inline === 'string' ? inline : undefined;
   if (inline === undefined && typeof contentFile === 'string' && contentFile.length > 0) {
-    const read = await readContentFile(catalogDir, catalogRealDir, contentFile);
+    const read = await readContentFile(folder.dir, folder.realDir, contentFile);
     if ('problem' in read) problems.push(`${display}: contentFile: ${read.problem}`);
     else content = read.content;
   }
   if (problems.length > 0 || content === undefined || !resourceFileChecker.Check(value)) return { problems };
-
-  const spec: ResourceFile = value;
-  const contentSizeBytes = utf8Size(content);
   return {
     problems,
-    resource: {
-      slug: entry.slug,
-      file: display,
-      kind: spec.kind,
-      title: spec.title,
-      version: spec.version,
-      mediaType: spec.mediaType,
-      status: spec.status ?? 'active',
-      ...(spec.description === undefined ? {} : { description: spec.description }),
-      ...(spec.facets === undefined ? {} : { facets: spec.facets }),
-      manifest: spec.manifest ?? {},
-      storageBackend:
-        spec.storageBackend ??
+    spec: value,
+    body: { manifest: JSON.stringify(value.manifest ?? {}), content },
+    fileCrc: json.crc,
+  };
+}
+
+async function readResourceFile(
+  entry: ResourceEntry,
+  folder: CatalogFolder,
+  interned: Interned,
+): Promise<ResourceReading> {
+  const { problems, spec, body, fileCrc } = await parseResourceFile(entry, folder);
+  if (!spec || !body || fileCrc === undefined) return { problems };
+  const contentSizeBytes = utf8Size(body.content);
+  return {
+    problems,
+    resource: new FileResource(
+      entry.slug,
+      folder,
+      spec.kind,
+      spec.title,
+      interned.of(spec.version),
+      interned.of(spec.mediaType),
+      spec.status ?? 'active',
+      spec.description,
+      spec.facets === undefined ? undefined : interned.of(JSON.stringify(spec.facets)),
+      manifestDigestOf(body.manifest),
+      spec.storageBackend ??
         (contentSizeBytes <= DATABASE_TEXT_MAX_BYTES ? 'database-text' : 'object-storage'),
-      content,
-      contentHash: sha256Hex(content),
+      sha256Hex(body.content),
       contentSizeBytes,
-    },
+      fileCrc,
+    ),
   };
 }
 
@@ -275,7 +404,7 @@ async function readJson(
   file: string,
   display: string,
   required: boolean,
-): Promise<{ value: unknown } | { problem: string }> {
+): Promise<{ value: unknown; crc: number } | { problem: string }> {
   let bytes: Buffer;
   try {
     bytes = await fs.readFile(file);
@@ -293,7 +422,7 @@ async function readJson(
     return { problem: `${display}: is not valid UTF-8` };
   }
   try {
-    return { value: JSON.parse(text) as unknown };
+    return { value: JSON.parse(text) as unknown, crc: crc32(bytes) };
   } catch (error) {
     return { problem: `${display}: is not valid JSON (${(error as Error).message})` };
   }

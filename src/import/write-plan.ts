@@ -1,13 +1,20 @@
 import { createAccountIfAbsent } from '../catalog/accounts.js';
 import { advanceDataGeneration } from '../catalog/data-generation.js';
 import type { ContentStore } from '../content/content-store.js';
-import { DatabaseContentStore } from '../content/database-store.js';
 import type { Db } from '../db/tables.js';
 import { chunk, MAX_IN_LIST, mapWithLimit, progressCounter, rowsPerInsert } from './batches.js';
 import type { ImportPlan } from './plan-import.js';
+import type { ResourceSource } from './read-tree.js';
 
 /** Object writes in flight at once: each is a file write and a flush, or a network round trip. */
 const OBJECT_CONCURRENCY = 16;
+/** Sources read at once (a file or two each). */
+const READ_CONCURRENCY = 16;
+/**
+ * Resources and versions written per batch: each batch's manifests and contents are read, written and
+ * let go before the next, so an import of any size holds one batch of them at a time.
+ */
+const WRITE_BATCH = 100;
 
 /**
  * Puts the plan's `object-storage` contents into the object store, skipping hashes in `alreadyStored`
@@ -25,15 +32,15 @@ export async function storeObjects(
   alreadyStored: Set<string>,
   onProgress?: (line: string) => void,
 ): Promise<number> {
-  const pending = new Map<string, string>();
-  for (const { row, content } of plan.newVersions) {
+  const pending = new Map<string, ResourceSource>();
+  for (const { row, source } of plan.newVersions) {
     if (row.storage_backend === 'object-storage' && !alreadyStored.has(row.content_hash)) {
-      pending.set(row.content_hash, content);
+      pending.set(row.content_hash, source);
     }
   }
   const counted = progressCounter(pending.size, 'stored objects:', onProgress);
-  await mapWithLimit([...pending], OBJECT_CONCURRENCY, async ([hash, content]) => {
-    await objectStore.put(hash, content);
+  await mapWithLimit([...pending], OBJECT_CONCURRENCY, async ([hash, source]) => {
+    await objectStore.put(hash, (await source.read()).content);
     alreadyStored.add(hash);
     counted();
   });
@@ -78,15 +85,42 @@ export async function writePlan(
   for (const rows of chunk(plan.facetRows, rowsPerInsert(3))) {
     await trx.insertInto('catalog_facet_values').values(rows).execute();
   }
-  for (const rows of chunk(plan.catalogVersions, rowsPerInsert(8))) {
-    await trx.insertInto('catalog_versions').values(rows).execute();
+  // One at a time: a version that pins 100,000 Resources is tens of megabytes of JSON.
+  for (const version of plan.catalogVersions) {
+    await trx
+      .insertInto('catalog_versions')
+      .values({ ...version, pins: version.pins() })
+      .execute();
   }
 
+  // Resources in batches, each with the new versions that name them: a batch's manifests and
+  // contents are read once, written, and let go before the next batch is read.
+  const versionsOf = new Map(plan.newVersions.map((version) => [version.resourceId, version]));
   const resourcesWritten = progressCounter(plan.resourceRows.length, 'wrote resources:', onProgress);
-  for (const rows of chunk(plan.resourceRows, rowsPerInsert(13))) {
+  const versionsWritten = progressCounter(plan.newVersions.length, 'wrote resource versions:', onProgress);
+  const blobsWritten = new Set<string>();
+  let versionCount = 0;
+  for (const planned of chunk(plan.resourceRows, Math.min(WRITE_BATCH, rowsPerInsert(13)))) {
+    const rows = planned.map((resource) => resource.row());
+    const versions = rows.flatMap((row) => versionsOf.get(row.id) ?? []);
+    const sources = new Set<ResourceSource>(versions.map((version) => version.source));
+    for (const { manifest } of rows) if (typeof manifest !== 'string') sources.add(manifest);
+    const read = await mapWithLimit(
+      [...sources],
+      READ_CONCURRENCY,
+      async (source) => [source, await source.read()] as const,
+    );
+    const bodies = new Map(read);
+    const bodyOf = (source: ResourceSource) => bodies.get(source)!;
+
     await trx
       .insertInto('resources')
-      .values(rows)
+      .values(
+        rows.map(({ manifest, ...row }) => ({
+          ...row,
+          manifest: typeof manifest === 'string' ? manifest : bodyOf(manifest).manifest,
+        })),
+      )
       .onConflict((oc) =>
         oc.column('id').doUpdateSet((eb) => ({
           kind: eb.ref('excluded.kind'),
@@ -102,7 +136,33 @@ export async function writePlan(
       )
       .execute();
     resourcesWritten(rows.length);
+    if (versions.length === 0) continue;
+
+    await trx
+      .insertInto('resource_versions')
+      .values(versions.map(({ row, source }) => ({ ...row, manifest: bodyOf(source).manifest })))
+      .execute();
+    // Database-text content commits or rolls back with the rows that name it.
+    const blobs = new Map<string, string>();
+    for (const { row, source } of versions) {
+      if (row.storage_backend === 'database-text' && !blobsWritten.has(row.content_hash)) {
+        blobs.set(row.content_hash, bodyOf(source).content);
+        blobsWritten.add(row.content_hash);
+      }
+    }
+    for (const pairs of chunk([...blobs], rowsPerInsert(2))) {
+      await trx
+        .insertInto('content_blobs')
+        .values(pairs.map(([content_hash, body]) => ({ content_hash, body })))
+        .onConflict((oc) => oc.column('content_hash').doNothing())
+        .execute();
+    }
+    versionsWritten(versions.length);
+    versionCount += versions.length;
   }
+  // A new version always comes with a change to its Resource's row (its current version at least).
+  if (versionCount !== plan.newVersions.length)
+    throw new Error('a planned version has no planned Resource row');
 
   for (const ids of chunk(plan.supersededVersionIds, MAX_IN_LIST)) {
     await trx
@@ -118,23 +178,6 @@ export async function writePlan(
       .where('id', 'in', ids)
       .execute();
   }
-
-  const versionsWritten = progressCounter(plan.newVersions.length, 'wrote resource versions:', onProgress);
-  for (const versions of chunk(plan.newVersions, rowsPerInsert(13))) {
-    await trx
-      .insertInto('resource_versions')
-      .values(versions.map((version) => version.row))
-      .execute();
-    versionsWritten(versions.length);
-  }
-
-  // Database-text content commits or rolls back with the rows that name it.
-  const blobs = new DatabaseContentStore(trx);
-  const texts = new Map<string, string>();
-  for (const { row, content } of plan.newVersions) {
-    if (row.storage_backend === 'database-text') texts.set(row.content_hash, content);
-  }
-  for (const [hash, content] of texts) await blobs.put(hash, content);
   // Answers kept in memory anywhere are stale from this commit on.
   await advanceDataGeneration(trx);
 }

@@ -14,7 +14,6 @@ export function StringEnum<const T extends readonly string[]>(
 const UUID_PATTERN =
   '^(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}' +
   '|00000000-0000-0000-0000-000000000000|[fF]{8}-[fF]{4}-[fF]{4}-[fF]{4}-[fF]{12})$';
-export const UUID_REGEX = new RegExp(UUID_PATTERN);
 
 export const SLUG_PATTERN = '^[a-z0-9]+(?:-[a-z0-9]+)*$';
 export const SLUG_REGEX = new RegExp(SLUG_PATTERN);

@@ -329,6 +329,40 @@ describe('D15 writes: all or nothing, objects first', () => {
     );
   });
 
+  it('writes nothing when a file changes between its reading and its writing', async () => {
+    await writeTree(dir, {
+      'handbook/catalog.json': catalogJson(),
+      'handbook/resources/a.json': resourceJson({ content: 'first' }),
+    });
+    await runImport(backend, dir, { at: T1 });
+    const before = await dumpStorage(backend);
+    await writeTree(dir, {
+      'handbook/catalog.json': catalogJson({ version: '2' }),
+      'handbook/resources/big.json': resourceJson({ content: 'o'.repeat(70_000) }),
+      'handbook/resources/c.json': resourceJson({ content: 'planned' }),
+    });
+    // Objects are stored before the transaction: the moment to change a file the plan already read.
+    const objectStore: ContentStore = {
+      backend: 'object-storage',
+      put: async (hash, content) => {
+        await writeTree(dir, { 'handbook/resources/c.json': resourceJson({ content: 'edited meanwhile' }) });
+        await backend.objectStore.put(hash, content);
+      },
+      get: (hash) => backend.objectStore.get(hash),
+      check: () => backend.objectStore.check(),
+    };
+    await expect(
+      importTree({ db: db(), objectStore }, { dir, owner: { kind: 'svc' }, now: () => T2 }),
+    ).rejects.toMatchObject({
+      name: 'ImportValidationError',
+      problems: [
+        'handbook/resources/c.json: changed while it was being imported; nothing was written, import again',
+      ],
+    });
+    // Objects go first and stay, unreferenced (content addressing makes them harmless); no row moved.
+    expect((await dumpStorage(backend)).tables).toEqual(before.tables);
+  });
+
   it('stores object-storage content before any row that names it exists', async () => {
     const big = 'o'.repeat(70_000);
     await writeTree(dir, {
@@ -425,7 +459,8 @@ describe('D15 writes: all or nothing, objects first', () => {
       'storage changed during the import; planning again (attempt 3)',
     ]);
 
-    conflicts = 3;
+    // Five attempts in all, each after a pause that grows: a sixth conflict is the import's failure.
+    conflicts = 5;
     await writeTree(dir, {
       'handbook/resources/b.json': resourceJson(),
       'handbook/catalog.json': catalogJson({ version: '2' }),

@@ -1,8 +1,14 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
+import { expect } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import type { ApiKeyLookup } from '../../src/auth/api-key-verifier.js';
 import type { IdentityOptions } from '../../src/auth/identity.js';
+import { main } from '../../src/cli/program.js';
 import { loadConfig } from '../../src/config.js';
 import { createServices, type Services } from '../../src/services.js';
 import type { TestBackend } from '../helpers/backend.js';
@@ -64,9 +70,11 @@ export interface Instance {
 }
 
 export interface InstanceSetup {
-  readonly redisUrl: string;
+  /** Without one, the instance shares nothing but the database (the embedded default, or no Redis). */
+  readonly redisUrl?: string;
   readonly env?: Record<string, string>;
   readonly identity?: Omit<IdentityOptions, 'keyLookup'>;
+  readonly dataGenerationPollMs?: number;
 }
 
 export async function startInstance(
@@ -76,7 +84,7 @@ export async function startInstance(
 ): Promise<Instance> {
   const config = loadConfig({
     ...backend.env,
-    PLAYBOOK_REDIS_URL: setup.redisUrl,
+    ...(setup.redisUrl === undefined ? {} : { PLAYBOOK_REDIS_URL: setup.redisUrl }),
     PLAYBOOK_RATE_LIMIT_MAX: '100000',
     PLAYBOOK_AUTH_FAILURE_MAX: '100000',
     ...setup.env,
@@ -93,7 +101,10 @@ export async function startInstance(
         },
       }),
     },
+    ...(setup.dataGenerationPollMs === undefined ? {} : { dataGenerationPollMs: setup.dataGenerationPollMs }),
   });
+  // As `playbook serve` does before it listens.
+  await services.generation.start();
   const app = await buildApp({
     playbook: services.playbook,
     authenticator: services.authenticator,
@@ -103,18 +114,21 @@ export async function startInstance(
   });
   await app.ready();
   const redisCheck = services.readiness.find((check) => check.name === 'redis');
-  if (!redisCheck) throw new Error('createServices added no redis readiness check');
+  if (setup.redisUrl !== undefined && !redisCheck)
+    throw new Error('createServices added no redis readiness check');
   return {
     name,
     services,
     app,
     logs: lines,
     lookups,
-    redisReady: () =>
-      redisCheck.check().then(
-        () => true,
-        () => false,
-      ),
+    redisReady: async () =>
+      redisCheck === undefined
+        ? false
+        : redisCheck.check().then(
+            () => true,
+            () => false,
+          ),
     close: async () => {
       await app.close();
       await services.close();
@@ -136,4 +150,74 @@ export async function storeKey(instance: Instance, accountId: string): Promise<{
     { name: 'multi-instance test', accountId, scopes: ['playbook:read'] },
   );
   return { id: created.id, key: created.key };
+}
+
+const CATALOGS = '/v3/playbook/catalogs';
+/** How soon a change must show on every instance. */
+export const WITHIN_MS = 1000;
+
+class Discard extends Writable {
+  override _write(_chunk: Buffer, _encoding: string, done: () => void): void {
+    done();
+  }
+}
+
+/** Imports, reads and clocks for the tests of data changes, over one backend. */
+export function dataChanges(backend: () => TestBackend) {
+  let imported = 0;
+
+  /** `playbook import` of one more catalog, as another process would run it; resolves once committed. */
+  async function importCatalog(slug: string, env: Record<string, string> = {}): Promise<void> {
+    const tree = path.join(backend().workDir, 'tree');
+    const folder = path.join(tree, slug);
+    await fs.mkdir(path.join(folder, 'resources'), { recursive: true });
+    await fs.writeFile(path.join(folder, 'catalog.json'), JSON.stringify({ name: slug, version: '1' }));
+    await fs.writeFile(
+      path.join(folder, 'resources', 'doc.json'),
+      JSON.stringify({
+        kind: 'document',
+        title: 'Doc',
+        version: '1',
+        mediaType: 'text/plain',
+        content: slug,
+      }),
+    );
+    const code = await main(
+      ['node', 'playbook', 'import', tree, '--owner', 'svc'],
+      { ...backend().env, ...env },
+      {
+        stdout: new Discard(),
+        stderr: new Discard(),
+      },
+    );
+    expect(code).toBe(0);
+    imported++;
+  }
+
+  async function slugs(instance: Instance): Promise<string[]> {
+    const res = await instance.app.inject({
+      url: CATALOGS,
+      headers: { authorization: await bearer(instance, 'reader', []) },
+    });
+    expect(res.statusCode).toBe(200);
+    return res.json().data.map((catalog: { slug: string }) => catalog.slug);
+  }
+
+  /** Reads until `slug` shows on `instance`; returns how long that took after the import committed. */
+  async function shownAfter(instance: Instance, slug: string, committedAt: number): Promise<number> {
+    await waitUntil(`${slug} on ${instance.name}`, async () => (await slugs(instance)).includes(slug), 5000);
+    return performance.now() - committedAt;
+  }
+
+  /** Both instances hold the list in memory: a second read is a hit. */
+  async function warm(instances: readonly Instance[]): Promise<void> {
+    for (const instance of instances) {
+      await slugs(instance);
+      const hits = instance.services.answers.stats.hits;
+      expect(await slugs(instance)).toHaveLength(imported);
+      expect(instance.services.answers.stats.hits).toBeGreaterThan(hits);
+    }
+  }
+
+  return { importCatalog, shownAfter, warm };
 }

@@ -38,13 +38,18 @@ describe('slug order', () => {
   afterAll(async () => {
     await backend?.cleanup();
   });
-  const svcCatalog = () => ({ id: catalogId, account_id: null });
+  const svcCatalog = () => ({ id: catalogId, account_id: null, slug: 'ordered' });
 
   it('lists Resources in byte order of their slugs', async () => {
-    const rows = await repo.listResources(backend.databases.reader, caller, svcCatalog(), [], {
-      offset: 0,
-      limit: 50,
-    });
+    const positions = await repo.resourcePositions(backend.databases.reader, svcCatalog(), []);
+    expect(positions.total).toBe(slugs.length);
+    const rows = await repo.listResources(
+      backend.databases.reader,
+      svcCatalog(),
+      [],
+      { offset: 0, limit: 50 },
+      positions,
+    );
     expect(rows.map((row) => row.resource.slug)).toEqual(byteOrder);
   });
 
@@ -53,15 +58,20 @@ describe('slug order', () => {
     expect(rows.map((row) => row.catalog.slug)).toEqual([...byteOrder, 'ordered'].sort());
   });
 
-  it('walks pages without losing or repeating a slug at a page boundary', async () => {
-    const seen: string[] = [];
-    for (let offset = 0; offset < slugs.length; offset += 3) {
-      const rows = await repo.listResources(backend.databases.reader, caller, svcCatalog(), [], {
-        offset,
-        limit: 3,
-      });
-      seen.push(...rows.map((row) => row.resource.slug));
-    }
-    expect(seen).toEqual(byteOrder);
-  });
+  it.each([1, 2, 3, 5])(
+    'walks pages without losing or repeating a slug at a page boundary, seeking from a mark every %i',
+    async (every) => {
+      const db = backend.databases.reader;
+      const positions = await repo.resourcePositions(db, svcCatalog(), [], every);
+      expect(positions.marks).toEqual(byteOrder.filter((_, index) => index % every === 0));
+      for (const limit of [1, 3, 4]) {
+        const seen: string[] = [];
+        for (let offset = 0; offset < slugs.length; offset += limit) {
+          const rows = await repo.listResources(db, svcCatalog(), [], { offset, limit }, positions);
+          seen.push(...rows.map((row) => row.resource.slug));
+        }
+        expect(seen, `pages of ${limit}`).toEqual(byteOrder);
+      }
+    },
+  );
 });

@@ -27,7 +27,6 @@ const svcCaller: Principal = {
   scopes: new Set(['playbook:read']),
   credential: { kind: 'api-key', keyId: 'plans' },
 };
-const accountCaller: Principal = { ...svcCaller, accountId: 'acme' };
 
 interface Captured {
   readonly sql: string;
@@ -171,33 +170,28 @@ describe('list query plans on a large catalog', () => {
   }
 
   const window = (page: number) => ({ offset: (page - 1) * 20, limit: 20 });
-  const svcBig = () => ({ id: big.id, account_id: null });
-  const accountBig = () => ({ id: big.id, account_id: 'acme' });
+  const svcBig = (): repo.VisibleCatalog => ({ id: big.id, account_id: null, slug: 'big' });
+  const accountBig = (): repo.VisibleCatalog => ({ id: big.id, account_id: 'acme', slug: 'big' });
   const workflowAndPolicy: ResourceKind[] = ['workflow', 'policy'];
+
+  /** A page read as the service reads it: from the list's positions, found first (outside the plans). */
+  const page =
+    (catalog: () => repo.VisibleCatalog, kinds: ResourceKind[], number: number) => async (db: Db) => {
+      const positions = await repo.resourcePositions(backend.databases.reader, catalog(), kinds);
+      return repo.listResources(db, catalog(), kinds, window(number), positions);
+    };
 
   // [name, the call, whether its rows must come out of the index already in page order]
   const cases: [string, (db: Db) => Promise<unknown>, boolean][] = [
-    ['page 1', (db) => repo.listResources(db, svcCaller, svcBig(), [], window(1)), true],
-    ['page 50', (db) => repo.listResources(db, svcCaller, svcBig(), [], window(50)), true],
-    [
-      'page 1 for the owning account',
-      (db) => repo.listResources(db, accountCaller, accountBig(), [], window(1)),
-      true,
-    ],
-    ['count', (db) => repo.countResources(db, svcBig(), []), false],
-    ['count for an account', (db) => repo.countResources(db, accountBig(), []), false],
-    [
-      'page 1 of one kind',
-      (db) => repo.listResources(db, svcCaller, svcBig(), ['workflow'], window(1)),
-      true,
-    ],
-    ['count of one kind', (db) => repo.countResources(db, svcBig(), ['workflow']), false],
-    [
-      'page 1 of two kinds',
-      (db) => repo.listResources(db, svcCaller, svcBig(), workflowAndPolicy, window(1)),
-      false,
-    ],
-    ['count of two kinds', (db) => repo.countResources(db, svcBig(), workflowAndPolicy), false],
+    ['page 1', page(svcBig, [], 1), true],
+    ['page 50', page(svcBig, [], 50), true],
+    ['page 1 for the owning account', page(accountBig, [], 1), true],
+    ['positions', (db) => repo.resourcePositions(db, svcBig(), []), false],
+    ['positions for an account', (db) => repo.resourcePositions(db, accountBig(), []), false],
+    ['page 1 of one kind', page(svcBig, ['workflow'], 1), true],
+    ['positions of one kind', (db) => repo.resourcePositions(db, svcBig(), ['workflow']), false],
+    ['page 1 of two kinds', page(svcBig, workflowAndPolicy, 1), false],
+    ['positions of two kinds', (db) => repo.resourcePositions(db, svcBig(), workflowAndPolicy), false],
     ['version history', (db) => repo.listVersions(db, svcCaller, big.firstResourceId, window(1)), true],
   ];
 
