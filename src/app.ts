@@ -43,14 +43,6 @@ function requestIdOf(request: IncomingMessage): string {
   return typeof sent === 'string' && SANE_REQUEST_ID.test(sent) ? sent : randomUUID();
 }
 
-/** Secrets that must never reach a log line, whatever a serializer or a debug level does. */
-export const REDACTED_PATHS = [
-  'req.headers.authorization',
-  'req.headers["x-api-key"]',
-  'headers.authorization',
-  'headers["x-api-key"]',
-];
-
 /** A hop count trusts that many proxies nearest the service; addresses and booleans pass as they are. */
 function trustProxyOption(setting: boolean | number | string[]): FastifyServerOptions['trustProxy'] {
   return typeof setting === 'number' ? (_address: string, hop: number) => hop < setting : setting;

@@ -4,17 +4,15 @@ import type { Authenticator } from './auth/authenticator.js';
 import { createIdentity, type Identity, type IdentityOptions } from './auth/identity.js';
 import type { RateLimits } from './auth/rate-limits.js';
 import { AnswerCache } from './catalog/answer-cache.js';
-import { DataGeneration } from './catalog/data-generation.js';
+import type { DataGeneration } from './catalog/data-generation.js';
 import { PlaybookService } from './catalog/playbook-service.js';
 import type { Config } from './config.js';
 import { ContentReader } from './content/content-reader.js';
 import type { ContentStore } from './content/content-store.js';
 import { DatabaseContentStore } from './content/database-store.js';
-import { DirectoryContentStore } from './content/directory-store.js';
-import { S3ContentStore } from './content/s3-store.js';
-import { createDatabases, type Databases } from './db/create-db.js';
-import { connectRedisSharedState } from './redis/redis-shared-state.js';
+import type { Databases } from './db/create-db.js';
 import type { ReadinessCheck } from './routes/operations.js';
+import { createStorage } from './storage.js';
 
 /** The long-lived parts every command shares, built once from the configuration. */
 export interface Services {
@@ -39,17 +37,6 @@ export interface Services {
   close(): Promise<void>;
 }
 
-export function createObjectStore(config: Config): ContentStore & { close?(): void } {
-  const store = config.contentStore;
-  if (store.kind === 'directory') return new DirectoryContentStore(store.path);
-  // Region and credentials come from the SDK's default chain (AWS_* variables, profiles, roles).
-  return new S3ContentStore(
-    store.endpoint === undefined
-      ? { bucket: store.bucket, prefix: store.prefix }
-      : { bucket: store.bucket, prefix: store.prefix, endpoint: store.endpoint },
-  );
-}
-
 export interface ServicesOptions {
   /** Identity parts a test replaces (its clock, a storage-read counter); the Redis parts follow the config. */
   readonly identity?: IdentityOptions;
@@ -66,8 +53,13 @@ export function createServices(
   logger: FastifyBaseLogger,
   options: ServicesOptions = {},
 ): Services {
-  const databases = createDatabases(config.database);
-  const objectStore = createObjectStore(config);
+  const storage = createStorage(config, logger, {
+    ...(options.identity?.now ? { now: options.identity.now } : {}),
+    ...(options.dataGenerationPollMs === undefined
+      ? {}
+      : { dataGenerationPollMs: options.dataGenerationPollMs }),
+  });
+  const { databases, objectStore, redis, generation } = storage;
   const content = new ContentReader([new DatabaseContentStore(databases.reader), objectStore], {
     onIntegrityError: (details) =>
       logger.error(details, 'stored content does not match its hash; not served'),
@@ -83,21 +75,8 @@ export function createServices(
       check: async () => void (await sql`select 1`.execute(databases.reader)),
     });
   }
-  // Several instances share rate limits and revocations through Redis (D8, D10). Redis is optional:
-  // while it is down the service still serves and says so, hence an optional readiness check.
-  const redis =
-    config.redisUrl === undefined
-      ? undefined
-      : connectRedisSharedState(config.redisUrl, logger, {
-          ...(options.identity?.now ? { now: options.identity.now } : {}),
-        });
+  // Redis is optional: while it is down the service still serves and says so, hence an optional check.
   if (redis) readiness.push({ name: 'redis', optional: true, check: () => redis.check() });
-  // Read from the database reads go to: a generation seen there comes with the data it stands for.
-  const generation = new DataGeneration(databases.reader, {
-    logger,
-    ...(redis ? { changes: redis.dataChanges } : {}),
-    ...(options.dataGenerationPollMs === undefined ? {} : { pollMs: options.dataGenerationPollMs }),
-  });
   const answers = new AnswerCache(config.answerCacheBytes);
   generation.onChange(() => answers.clear());
   const playbook = new PlaybookService(databases.reader, content, answers);
@@ -123,9 +102,7 @@ export function createServices(
       generation.stop();
       // Pending lastUsedAt times are written while the database is still open.
       await identity.close();
-      await redis?.close();
-      objectStore.close?.();
-      await databases.close();
+      await storage.close();
     },
   };
 }

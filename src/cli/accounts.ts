@@ -16,7 +16,7 @@ export function registerAccountsCommand(program: Command, context: CliContext): 
       if (options.plan !== undefined && !SLUG_REGEX.test(options.plan)) {
         throw new CommandError(`--plan ${JSON.stringify(options.plan)} is not a slug`);
       }
-      const services = await context.openServices();
+      const services = await context.openStorage();
       try {
         const account = await setAccount(services.databases.primary, accountId, options);
         context.stdout.write(

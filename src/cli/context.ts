@@ -1,14 +1,17 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Config } from '../config.js';
 import type { Services } from '../services.js';
+import type { Storage } from '../storage.js';
 
 /** What every command gets: the validated configuration, services on demand, and its streams. */
 export interface CliContext {
   readonly env: Readonly<Record<string, string | undefined>>;
   config(): Config;
   logger(): FastifyBaseLogger;
-  /** Opens storage and, unless told not to, brings its schema up to date; the caller closes it. */
+  /** Opens the whole service and, unless told not to, brings the schema up to date; the caller closes it. */
   openServices(options?: { migrate?: boolean }): Promise<Services>;
+  /** Opens storage alone (no identity, no read path), as `openServices` does. */
+  openStorage(options?: { migrate?: boolean }): Promise<Storage>;
   readonly stdout: NodeJS.WritableStream;
   readonly stderr: NodeJS.WritableStream;
 }

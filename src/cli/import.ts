@@ -41,7 +41,7 @@ export function registerImportCommand(program: Command, context: CliContext): vo
       // memory over speed (measured on 100,000 resources: peak RSS 499 → 307 MB, 25 → 33 s). V8 reads
       // this flag at each collection, so setting it now, before the tree is read, takes effect.
       v8.setFlagsFromString('--optimize-for-size');
-      const services = await context.openServices();
+      const services = await context.openStorage();
       try {
         const report = await importTree(
           {

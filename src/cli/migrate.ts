@@ -8,7 +8,7 @@ export function registerMigrateCommand(program: Command, context: CliContext): v
     .command('migrate')
     .description('bring the database schema up to date')
     .action(async () => {
-      const services = await context.openServices({ migrate: false });
+      const services = await context.openStorage({ migrate: false });
       try {
         const applied = await migrateToLatest(services.databases);
         context.stdout.write(

@@ -1,9 +1,9 @@
 import { Command, CommanderError } from 'commander';
 import pino from 'pino';
-import { REDACTED_PATHS } from '../app.js';
 import { type Config, ConfigError, loadConfig } from '../config.js';
 import { migrateToLatest } from '../db/migrate.js';
-import { createServices } from '../services.js';
+import { REDACTED_PATHS } from '../http/access-log.js';
+import { createStorage, type Storage } from '../storage.js';
 import { registerAccountsCommand } from './accounts.js';
 import { type CliContext, CommandError } from './context.js';
 import { registerImportCommand } from './import.js';
@@ -43,6 +43,21 @@ function batchedStdout(): pino.DestinationStream {
   return destination;
 }
 
+/** `opened`, its schema brought up to date unless told not to; closed again if that fails. */
+async function migrated<T extends Pick<Storage, 'databases' | 'close'>>(
+  opened: T,
+  options: { migrate?: boolean },
+): Promise<T> {
+  if (options.migrate === false) return opened;
+  try {
+    await migrateToLatest(opened.databases);
+  } catch (error) {
+    await opened.close();
+    throw error;
+  }
+  return opened;
+}
+
 export function createContext(env: NodeJS.ProcessEnv, streams: CliStreams = process): CliContext {
   let config: Config | undefined;
   let logger: pino.Logger | undefined;
@@ -64,18 +79,12 @@ export function createContext(env: NodeJS.ProcessEnv, streams: CliStreams = proc
       );
       return logger;
     },
+    // Loaded when a command asks for it: a command that needs storage alone never loads the service.
     openServices: async (options = {}) => {
-      const services = createServices(context.config(), context.logger());
-      if (options.migrate !== false) {
-        try {
-          await migrateToLatest(services.databases);
-        } catch (error) {
-          await services.close();
-          throw error;
-        }
-      }
-      return services;
+      const { createServices } = await import('../services.js');
+      return migrated(createServices(context.config(), context.logger()), options);
     },
+    openStorage: async (options = {}) => migrated(createStorage(context.config(), context.logger()), options),
   };
   return context;
 }

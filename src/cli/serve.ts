@@ -1,5 +1,4 @@
 import type { Command } from 'commander';
-import { buildApp } from '../app.js';
 import { importDemoContentIfEmpty } from '../demo.js';
 import type { CliContext } from './context.js';
 
@@ -16,6 +15,8 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       const config = context.config();
       const logger = context.logger();
       const services = await context.openServices();
+      // The HTTP side is loaded by this command only: the others never need it.
+      const { buildApp } = await import('../app.js');
       const app = await buildApp({
         playbook: services.playbook,
         authenticator: services.authenticator,

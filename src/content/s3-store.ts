@@ -1,11 +1,4 @@
-import {
-  GetObjectCommand,
-  HeadBucketCommand,
-  HeadObjectCommand,
-  PutObjectCommand,
-  S3Client,
-  type S3ClientConfig,
-} from '@aws-sdk/client-s3';
+import type { S3Client, S3ClientConfig } from '@aws-sdk/client-s3';
 import { UnavailableError } from '../errors.js';
 import { ContentNotFoundError, type ContentStore } from './content-store.js';
 import { sha256Hex } from './hash.js';
@@ -79,28 +72,40 @@ function translate(error: unknown, what: string): unknown {
  * `<prefix>/sha256/<first two hex digits>/<hash>`. Keys never change meaning, so a write that finds
  * its key present is skipped, and concurrent writers of the same content are harmless.
  */
+type S3Sdk = typeof import('@aws-sdk/client-s3');
+
 export class S3ContentStore implements ContentStore {
   readonly backend = 'object-storage' as const;
-  private readonly client: S3Client;
   private readonly bucket: string;
   private readonly prefix: string;
   private readonly timeouts: S3Timeouts;
+  /** The SDK and its client, loaded on first use: a deployment without S3 never loads the SDK. */
+  private loaded: Promise<{ s3: S3Sdk; client: S3Client }> | undefined;
+  private client: S3Client | undefined;
 
-  constructor(options: S3ContentStoreOptions) {
+  constructor(private readonly options: S3ContentStoreOptions) {
     this.bucket = options.bucket;
     this.prefix = options.prefix.replace(/^\/+|\/+$/g, '');
     this.timeouts = { ...DEFAULT_S3_TIMEOUTS, ...options.timeouts };
-    this.client = new S3Client({
-      ...options.client,
-      ...(options.endpoint === undefined ? {} : { endpoint: options.endpoint, forcePathStyle: true }),
-      maxAttempts: this.timeouts.maxAttempts,
-      requestHandler: {
-        connectionTimeout: this.timeouts.connectMs,
-        requestTimeout: this.timeouts.attemptMs,
-        // Without this the SDK only warns when an attempt outlives requestTimeout.
-        throwOnRequestTimeout: true,
-      },
+  }
+
+  private sdk(): Promise<{ s3: S3Sdk; client: S3Client }> {
+    this.loaded ??= import('@aws-sdk/client-s3').then((s3) => {
+      const { options, timeouts } = this;
+      this.client = new s3.S3Client({
+        ...options.client,
+        ...(options.endpoint === undefined ? {} : { endpoint: options.endpoint, forcePathStyle: true }),
+        maxAttempts: timeouts.maxAttempts,
+        requestHandler: {
+          connectionTimeout: timeouts.connectMs,
+          requestTimeout: timeouts.attemptMs,
+          // Without this the SDK only warns when an attempt outlives requestTimeout.
+          throwOnRequestTimeout: true,
+        },
+      });
+      return { s3, client: this.client };
     });
+    return this.loaded;
   }
 
   /** The object key of a hash; exposed for tests and operators, never for answers. */
@@ -116,9 +121,10 @@ export class S3ContentStore implements ContentStore {
     const body = Buffer.from(content, 'utf8');
     if (sha256Hex(body) !== hash) throw new Error(`content does not match the hash ${hash}`);
     if (await this.exists(key)) return;
+    const { s3, client } = await this.sdk();
     try {
-      await this.client.send(
-        new PutObjectCommand({
+      await client.send(
+        new s3.PutObjectCommand({
           Bucket: this.bucket,
           Key: key,
           Body: body,
@@ -135,8 +141,9 @@ export class S3ContentStore implements ContentStore {
   }
 
   private async exists(key: string): Promise<boolean> {
+    const { s3, client } = await this.sdk();
     try {
-      await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: key }), {
+      await client.send(new s3.HeadObjectCommand({ Bucket: this.bucket, Key: key }), {
         abortSignal: AbortSignal.timeout(this.timeouts.readDeadlineMs),
       });
       return true;
@@ -151,8 +158,9 @@ export class S3ContentStore implements ContentStore {
   async get(hash: string): Promise<string> {
     const key = this.keyOf(hash);
     const deadline = AbortSignal.timeout(this.timeouts.readDeadlineMs);
+    const { s3, client } = await this.sdk();
     try {
-      const answer = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: key }), {
+      const answer = await client.send(new s3.GetObjectCommand({ Bucket: this.bucket, Key: key }), {
         abortSignal: deadline,
       });
       if (!answer.Body) throw new ContentNotFoundError(hash);
@@ -164,8 +172,9 @@ export class S3ContentStore implements ContentStore {
   }
 
   async check(): Promise<void> {
+    const { s3, client } = await this.sdk();
     try {
-      await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }), {
+      await client.send(new s3.HeadBucketCommand({ Bucket: this.bucket }), {
         abortSignal: AbortSignal.timeout(this.timeouts.readDeadlineMs),
       });
     } catch (error) {
@@ -173,8 +182,8 @@ export class S3ContentStore implements ContentStore {
     }
   }
 
-  /** Closes the client's pooled connections. */
+  /** Closes the client's pooled connections, if it ever opened any. */
   close(): void {
-    this.client.destroy();
+    this.client?.destroy();
   }
 }

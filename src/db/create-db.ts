@@ -3,7 +3,7 @@ import path from 'node:path';
 import SqliteDatabase from 'better-sqlite3';
 import { Kysely, type SqliteDatabase as KyselySqliteDatabase, PostgresDialect, SqliteDialect } from 'kysely';
 import { LRUCache } from 'lru-cache';
-import pg from 'pg';
+import type { Pool } from 'pg';
 import type { DatabaseConfig } from '../config.js';
 import type { Database, Db, Dialect } from './tables.js';
 
@@ -69,7 +69,18 @@ export const DEFAULT_POSTGRES_LIMITS: PostgresLimits = {
   queryTimeoutMs: 7000,
 };
 
+/**
+ * A PostgreSQL database whose pool opens on the first query: `pg` is loaded only by deployments that
+ * use it (the embedded default never does).
+ */
 function openPostgres(url: string, role: 'primary' | 'reader', limits: PostgresLimits): Db {
+  return new Kysely<Database>({
+    dialect: new PostgresDialect({ pool: () => postgresPool(url, role, limits) }),
+  });
+}
+
+async function postgresPool(url: string, role: 'primary' | 'reader', limits: PostgresLimits): Promise<Pool> {
+  const { default: pg } = await import('pg');
   const pool = new pg.Pool({
     connectionString: url,
     max: limits.poolSize,
@@ -91,7 +102,7 @@ function openPostgres(url: string, role: 'primary' | 'reader', limits: PostgresL
   pool.on('connect', (client) => {
     client.on('error', () => {});
   });
-  return new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  return pool;
 }
 
 /** Opens the configured database (D13). Connections open lazily, on the first query. */

@@ -8,6 +8,14 @@ declare module 'fastify' {
   }
 }
 
+/** Secrets that must never reach a log line, whatever a serializer or a debug level does. */
+export const REDACTED_PATHS = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'headers.authorization',
+  'headers["x-api-key"]',
+];
+
 /** Query parameters that may carry a credential (D21): their values never reach a log line. */
 const CREDENTIAL_PARAMETERS = new Set(['api_key', 'apikey', 'x-api-key', 'key', 'token', 'access_token']);
 /** A query that may name one of them, in any case or encoding: only such a query is looked at closely. */

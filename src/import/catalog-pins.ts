@@ -13,26 +13,44 @@ export interface PinSource {
 
 /**
  * The pins of a Catalog version: one per `active` Resource at its current version, in slug order, so
- * that the same Resources always give the same pins and the same `manifestHash` (D12).
+ * that the same Resources always give the same pins and the same `manifestHash` (D12). Each pin is made
+ * as it is read: a Catalog of 100,000 Resources never holds them all as objects.
  *
  * @example
- * const pins = catalogPins('svc', 'handbook', [{ resourceId, slug: 'onboarding', versionId, version: '1.0.0', contentHash }]);
- * pins[0].resourceHumanRef; // 'svc/handbook/onboarding'
+ * const pins = new CatalogPins('svc', 'handbook', [{ resourceId, slug: 'onboarding', versionId, version: '1.0.0', contentHash }]);
+ * [...pins][0].resourceHumanRef; // 'svc/handbook/onboarding'
  */
-export function catalogPins(
-  owner: 'svc' | 'org',
-  catalogSlug: string,
-  sources: readonly PinSource[],
-): ResourcePin[] {
-  return [...sources]
-    .sort((a, b) => (a.slug < b.slug ? -1 : a.slug > b.slug ? 1 : 0))
-    .map((source) => ({
-      resourceId: source.resourceId,
-      resourceHumanRef: `${owner}/${catalogSlug}/${source.slug}`,
-      resourceVersionId: source.versionId,
-      version: source.version,
-      contentHash: source.contentHash,
-    }));
+export class CatalogPins implements Iterable<ResourcePin> {
+  private readonly sorted: readonly PinSource[];
+
+  constructor(
+    private readonly owner: 'svc' | 'org',
+    private readonly catalogSlug: string,
+    sources: readonly PinSource[],
+  ) {
+    this.sorted = [...sources].sort((a, b) => (a.slug < b.slug ? -1 : a.slug > b.slug ? 1 : 0));
+  }
+
+  get count(): number {
+    return this.sorted.length;
+  }
+
+  *[Symbol.iterator](): Iterator<ResourcePin> {
+    for (const source of this.sorted) {
+      yield {
+        resourceId: source.resourceId,
+        resourceHumanRef: `${this.owner}/${this.catalogSlug}/${source.slug}`,
+        resourceVersionId: source.versionId,
+        version: source.version,
+        contentHash: source.contentHash,
+      };
+    }
+  }
+
+  /** The pins as stored: the JSON text of their array. */
+  json(): string {
+    return JSON.stringify([...this]);
+  }
 }
 
 /**
@@ -40,10 +58,11 @@ export function catalogPins(
  * would otherwise build its canonical text, and a sorted copy of every pin, at once. A pin's keys are
  * the contract's five, written here in sorted order, so each pin's text is `canonicalJson`'s.
  */
-export function manifestHashOf(pins: readonly ResourcePin[]): string {
+export function manifestHashOf(pins: Iterable<ResourcePin>): string {
   const hash = createHash('sha256').update('[');
-  pins.forEach((pin, index) => {
-    if (index > 0) hash.update(',');
+  let index = 0;
+  for (const pin of pins) {
+    if (index++ > 0) hash.update(',');
     hash.update(
       JSON.stringify({
         contentHash: pin.contentHash,
@@ -53,7 +72,7 @@ export function manifestHashOf(pins: readonly ResourcePin[]): string {
         version: pin.version,
       }),
     );
-  });
+  }
   return hash.update(']').digest('hex');
 }
 

@@ -9,7 +9,7 @@ import type {
 } from '../db/tables.js';
 import { FACET_KEYS, type Facets, type LifecycleStatus } from '../schemas/common.js';
 import type { ResourcePin } from '../schemas/playbook.js';
-import { catalogPins, manifestHashOf, type PinSource, pinChanges } from './catalog-pins.js';
+import { CatalogPins, manifestHashOf, type PinSource, pinChanges } from './catalog-pins.js';
 import { emptyCounts, type ImportCounts, type MutableCounts, plural } from './import-report.js';
 import type { CatalogState, ImportOwner, NamespaceState, ResourceState } from './namespace-state.js';
 import {
@@ -333,14 +333,14 @@ class Planner {
     sources: PinSource[],
   ): PlannedCatalogVersion | undefined {
     const owner = this.owner;
-    const pins = catalogPins(owner, catalog.slug, sources);
+    const pins = new CatalogPins(owner, catalog.slug, sources);
     const manifestHash = manifestHashOf(pins);
     const current = existing?.currentVersion;
     if (current) {
       const pinsChanged = current.manifestHash !== manifestHash;
       if (current.version === catalog.version) {
         if (pinsChanged) {
-          const changes = pinChanges(JSON.parse(current.pins) as ResourcePin[], pins);
+          const changes = pinChanges(JSON.parse(current.pins) as ResourcePin[], [...pins]);
           const shown =
             changes.slice(0, 5).join(', ') + (changes.length > 5 ? `, … ${changes.length - 5} more` : '');
           this.out.refusals.push(
@@ -362,10 +362,10 @@ class Planner {
       id: this.newId(),
       catalog_id: catalogId,
       version: catalog.version,
-      // The pins are not kept (100,000 of them are tens of megabytes); their sources are, in slug order.
-      pins: () => JSON.stringify(catalogPins(owner, catalog.slug, sources)),
+      // The pins' text is made when it is written (100,000 pins are tens of megabytes of it).
+      pins: () => pins.json(),
       manifest_hash: manifestHash,
-      resource_count: pins.length,
+      resource_count: pins.count,
       published_at: this.now,
       created_at: this.now,
     };

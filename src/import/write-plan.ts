@@ -3,7 +3,7 @@ import { advanceDataGeneration } from '../catalog/data-generation.js';
 import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';
 import { chunk, MAX_IN_LIST, mapWithLimit, progressCounter, rowsPerInsert } from './batches.js';
-import type { ImportPlan } from './plan-import.js';
+import type { ImportPlan, PlannedVersion } from './plan-import.js';
 import type { ResourceSource } from './read-tree.js';
 
 /** Object writes in flight at once: each is a file write and a flush, or a network round trip. */
@@ -95,14 +95,22 @@ export async function writePlan(
 
   // Resources in batches, each with the new versions that name them: a batch's manifests and
   // contents are read once, written, and let go before the next batch is read.
-  const versionsOf = new Map(plan.newVersions.map((version) => [version.resourceId, version]));
+  // The planner lists a Resource's new version before the Resource's row, both in the tree's order,
+  // so the versions are met in step with the rows (no index of 100,000 entries is needed).
+  let nextVersion = 0;
   const resourcesWritten = progressCounter(plan.resourceRows.length, 'wrote resources:', onProgress);
   const versionsWritten = progressCounter(plan.newVersions.length, 'wrote resource versions:', onProgress);
-  const blobsWritten = new Set<string>();
   let versionCount = 0;
   for (const planned of chunk(plan.resourceRows, Math.min(WRITE_BATCH, rowsPerInsert(13)))) {
     const rows = planned.map((resource) => resource.row());
-    const versions = rows.flatMap((row) => versionsOf.get(row.id) ?? []);
+    const versions: PlannedVersion[] = [];
+    for (const row of rows) {
+      const version = plan.newVersions[nextVersion];
+      if (version?.resourceId === row.id) {
+        versions.push(version);
+        nextVersion++;
+      }
+    }
     const sources = new Set<ResourceSource>(versions.map((version) => version.source));
     for (const { manifest } of rows) if (typeof manifest !== 'string') sources.add(manifest);
     const read = await mapWithLimit(
@@ -142,13 +150,11 @@ export async function writePlan(
       .insertInto('resource_versions')
       .values(versions.map(({ row, source }) => ({ ...row, manifest: bodyOf(source).manifest })))
       .execute();
-    // Database-text content commits or rolls back with the rows that name it.
+    // Database-text content commits or rolls back with the rows that name it; content already stored
+    // (by an earlier batch or import) is left as it is.
     const blobs = new Map<string, string>();
     for (const { row, source } of versions) {
-      if (row.storage_backend === 'database-text' && !blobsWritten.has(row.content_hash)) {
-        blobs.set(row.content_hash, bodyOf(source).content);
-        blobsWritten.add(row.content_hash);
-      }
+      if (row.storage_backend === 'database-text') blobs.set(row.content_hash, bodyOf(source).content);
     }
     for (const pairs of chunk([...blobs], rowsPerInsert(2))) {
       await trx

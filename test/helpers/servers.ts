@@ -6,6 +6,7 @@ import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import type {} from 'vitest';
 import type { TestProject } from 'vitest/node';
 
 /**

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson, sha256Hex } from '../../src/content/hash.js';
-import { manifestHashOf } from '../../src/import/catalog-pins.js';
+import { CatalogPins, manifestHashOf } from '../../src/import/catalog-pins.js';
 
 describe('manifestHashOf (D12)', () => {
   it('hashes pin by pin exactly the canonical JSON of the pins, whatever their text', () => {
@@ -18,5 +18,28 @@ describe('manifestHashOf (D12)', () => {
       }),
       { seed: 20261123, numRuns: 300 },
     );
+  });
+});
+
+describe('CatalogPins', () => {
+  const source = (slug: string) => ({
+    resourceId: `id-${slug}`,
+    slug,
+    versionId: `v-${slug}`,
+    version: '1 "one" \\ ü',
+    contentHash: 'f'.repeat(64),
+  });
+
+  it('pins in byte order of slugs, and stores exactly the JSON text of their array', () => {
+    const pins = new CatalogPins('org', 'handbook', ['b', 'a-b', 'a', 'B'].map(source));
+    expect([...pins].map((pin) => pin.resourceHumanRef)).toEqual([
+      'org/handbook/B',
+      'org/handbook/a',
+      'org/handbook/a-b',
+      'org/handbook/b',
+    ]);
+    expect(pins.count).toBe(4);
+    expect(pins.json()).toBe(JSON.stringify([...pins]));
+    expect(new CatalogPins('svc', 'empty', []).json()).toBe('[]');
   });
 });

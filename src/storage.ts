@@ -1,0 +1,76 @@
+import type { FastifyBaseLogger } from 'fastify';
+import { DataGeneration } from './catalog/data-generation.js';
+import type { Config } from './config.js';
+import type { ContentStore } from './content/content-store.js';
+import { DirectoryContentStore } from './content/directory-store.js';
+import { S3ContentStore } from './content/s3-store.js';
+import { createDatabases, type Databases } from './db/create-db.js';
+import { connectRedisSharedState, type RedisSharedState } from './redis/redis-shared-state.js';
+
+/**
+ * What every command stands on: the databases, the object store, Redis when configured, and the data
+ * generation that tells instances their answers are stale. The commands that only write Catalog data
+ * (`import`, `migrate`, `accounts`) open this much and no more; `createServices` builds the service on it.
+ */
+export interface Storage {
+  readonly config: Config;
+  readonly databases: Databases;
+  /** The object store that holds `object-storage` content (a directory, or S3). */
+  readonly objectStore: ContentStore;
+  /** Shared state of the instances, when `PLAYBOOK_REDIS_URL` is set. */
+  readonly redis: RedisSharedState | undefined;
+  readonly generation: DataGeneration;
+  close(): Promise<void>;
+}
+
+export interface StorageOptions {
+  /** The clock of Redis's per-instance fallback counter (the identity's clock). */
+  readonly now?: () => number;
+  /** How often the data generation is read (tests that prove Redis alone carries a change slow it). */
+  readonly dataGenerationPollMs?: number;
+}
+
+export function createObjectStore(config: Config): ContentStore & { close?(): void } {
+  const store = config.contentStore;
+  if (store.kind === 'directory') return new DirectoryContentStore(store.path);
+  // Region and credentials come from the SDK's default chain (AWS_* variables, profiles, roles).
+  return new S3ContentStore(
+    store.endpoint === undefined
+      ? { bucket: store.bucket, prefix: store.prefix }
+      : { bucket: store.bucket, prefix: store.prefix, endpoint: store.endpoint },
+  );
+}
+
+/** Opens nothing yet: database connections open on the first query; Redis's, when configured, at once. */
+export function createStorage(
+  config: Config,
+  logger: FastifyBaseLogger,
+  options: StorageOptions = {},
+): Storage {
+  const databases = createDatabases(config.database);
+  const objectStore = createObjectStore(config);
+  // Several instances share rate limits, revocations and data changes through Redis (D8, D10).
+  const redis =
+    config.redisUrl === undefined
+      ? undefined
+      : connectRedisSharedState(config.redisUrl, logger, options.now ? { now: options.now } : {});
+  // Read from the database reads go to: a generation seen there comes with the data it stands for.
+  const generation = new DataGeneration(databases.reader, {
+    logger,
+    ...(redis ? { changes: redis.dataChanges } : {}),
+    ...(options.dataGenerationPollMs === undefined ? {} : { pollMs: options.dataGenerationPollMs }),
+  });
+  return {
+    config,
+    databases,
+    objectStore,
+    redis,
+    generation,
+    close: async () => {
+      generation.stop();
+      await redis?.close();
+      objectStore.close?.();
+      await databases.close();
+    },
+  };
+}
