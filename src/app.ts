@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import AjvCompiler, { type Options as AjvOptions } from '@fastify/ajv-compiler';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
@@ -9,13 +11,14 @@ import Fastify, {
   type FastifyServerOptions,
   LogController,
 } from 'fastify';
+import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import { type Authenticator, authHook } from './auth/authenticator.js';
 import type { AccessLimiter } from './auth/rate-limits.js';
 import type { PlaybookService } from './catalog/playbook-service.js';
-import { NotFoundError, UnavailableError } from './errors.js';
-import { installAccessLog } from './http/access-log.js';
-import { handleError } from './http/problem.js';
-import { normalizeQuery } from './http/query.js';
+import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } from './errors.js';
+import { CREDENTIAL_PARAMETERS, installAccessLog } from './http/access-log.js';
+import { handleClientError, handleError, writeRawProblem } from './http/problem.js';
+import { normalizeQuery, refuseQueryProblems } from './http/query.js';
 import { operationsRoutes, type ReadinessCheck } from './routes/operations.js';
 import { playbookRoutes } from './routes/playbook.js';
 import { Problem } from './schemas/common.js';
@@ -33,7 +36,12 @@ export interface AppDependencies {
   readonly plugins?: readonly ((app: FastifyInstance) => Promise<void>)[];
   /** Which proxies' `X-Forwarded-For` to believe for the client address (`PLAYBOOK_TRUST_PROXY`). */
   readonly trustProxy?: boolean | number | string[];
+  /** D20: how long a request may take to arrive, and an idle keep-alive connection may stay open. */
+  readonly timeouts?: { readonly requestMs: number; readonly keepAliveMs: number };
 }
+
+/** D20's defaults, as the configuration has them. */
+const DEFAULT_TIMEOUTS = { requestMs: 30_000, keepAliveMs: 72_000 };
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -41,6 +49,45 @@ const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 function requestIdOf(request: IncomingMessage): string {
   const sent = request.headers['x-request-id'];
   return typeof sent === 'string' && SANE_REQUEST_ID.test(sent) ? sent : randomUUID();
+}
+
+/**
+ * A credential sent in the URL (D21) is refused: URLs end up in logs, histories and proxies. The value
+ * is never logged either (see `loggableUrl`).
+ */
+function credentialInQuery(query: unknown): InputError | undefined {
+  if (typeof query !== 'object' || query === null) return undefined;
+  for (const name of Object.keys(query)) {
+    if (CREDENTIAL_PARAMETERS.has(name.toLowerCase())) {
+      return InputError.of(
+        'query',
+        name,
+        'send credentials in headers (x-api-key or Authorization), never in the URL',
+      );
+    }
+  }
+  return undefined;
+}
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+const validators = AjvCompiler();
+
+/**
+ * One Ajv per HTTP part (Fastify's schema controller): query strings, paths and headers arrive as
+ * text and are coerced to their schema's types; a JSON body carries its own types, so it is checked
+ * as it is, and `"name": 7` is refused rather than made to look right.
+ */
+function validatorPerPart(
+  externalSchemas: Parameters<ReturnType<typeof AjvCompiler>>[0],
+  options: { customOptions?: AjvOptions } = {},
+) {
+  const coercing = validators(externalSchemas, options);
+  const exact = validators(externalSchemas, {
+    ...options,
+    customOptions: { ...options.customOptions, coerceTypes: false },
+  });
+  return (route: { httpPart?: string } & Parameters<typeof coercing>[0]) =>
+    route.httpPart === 'body' ? exact(route) : coercing(route);
 }
 
 /** A hop count trusts that many proxies nearest the service; addresses and booleans pass as they are. */
@@ -54,6 +101,7 @@ function trustProxyOption(setting: boolean | number | string[]): FastifyServerOp
  */
 export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> {
   const loggerOption = deps.logger ?? false;
+  const timeouts = deps.timeouts ?? DEFAULT_TIMEOUTS;
   const isLoggerInstance =
     typeof loggerOption === 'object' && loggerOption !== null && 'child' in loggerOption;
   const app = Fastify({
@@ -72,8 +120,18 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     // router's default of 100 would turn a 121-character slug into a bare 414.
     routerOptions: { maxParamLength: 2048 },
     // Errors the router raises before any hook (a bad URL, a path value past the limit above) are
-    // answered by the same problem handler as every other error (D2).
+    // answered by the same problem handler as every other error (D2), and so are those of Node's HTTP
+    // parser, before any request exists (a malformed request line, headers over the limit, D20's 408).
     frameworkErrors: handleError,
+    clientErrorHandler: handleClientError,
+    // D20: a request whose headers or body arrive slower than this is answered 408 and closed; Node
+    // checks every second rather than every 30.
+    requestTimeout: timeouts.requestMs,
+    keepAliveTimeout: timeouts.keepAliveMs,
+    http: {
+      headersTimeout: timeouts.requestMs,
+      connectionsCheckingInterval: Math.min(1000, timeouts.requestMs),
+    },
     ajv: {
       customOptions: {
         // Unknown parameters and fields are errors to report, not properties to drop silently (D3).
@@ -83,14 +141,50 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
         useDefaults: true,
       },
     },
+    schemaController: { compilersFactory: { buildValidator: validatorPerPart } },
   }).withTypeProvider<TypeBoxTypeProvider>();
+
+  // JSON bodies are decoded strictly (D21): bytes that are not UTF-8 are refused, never turned into
+  // replacement characters and stored. Every key is data: JSON.parse never sets a prototype, and
+  // nothing merges a body into another object.
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
+    let text: string;
+    try {
+      text = strictUtf8.decode(body as Buffer);
+    } catch {
+      done(InputError.of('body', '(body)', 'must be UTF-8'), undefined);
+      return;
+    }
+    try {
+      done(null, text === '' ? undefined : JSON.parse(text));
+    } catch (error) {
+      done(InputError.of('body', '(body)', `is not valid JSON (${(error as Error).message})`), undefined);
+    }
+  });
 
   app.decorateRequest('principal', null);
   installAccessLog(app);
   app.setErrorHandler(handleError);
-  app.setNotFoundHandler((request) => {
-    throw new NotFoundError(`no operation at ${request.method} ${request.url.split('?')[0]}`);
+  // D2: a known path asked with another method is a 405 that names the methods it takes.
+  const routes = FindMyWay({ maxParamLength: 2048 });
+  const methods = new Set<string>();
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) {
+      methods.add(method);
+      routes.on(method as HTTPMethod, route.url, () => {});
+    }
   });
+  app.setNotFoundHandler((request) => {
+    const path = request.url.split('?')[0]!;
+    const allowed = [...methods].filter((method) => routes.find(method as HTTPMethod, path) !== null);
+    if (allowed.length > 0) throw new MethodNotAllowedError(request.method, allowed);
+    throw new NotFoundError(`no operation at ${request.method} ${path}`);
+  });
+  // A CONNECT never reaches a route: Node hands it over as a tunnel request, which this is not.
+  app.server.on('connect', (_request: IncomingMessage, socket: Duplex) =>
+    writeRawProblem(socket, 501, 'not_implemented', 'CONNECT is not supported: the service is no proxy.'),
+  );
 
   let draining = false;
   app.addHook('preClose', async () => {
@@ -99,7 +193,8 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   // Hooks that need not wait for anything take a callback: Fastify runs them without a promise.
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
-    done(draining ? new UnavailableError('the service is shutting down; retry with backoff') : undefined);
+    if (draining) done(new UnavailableError('the service is shutting down; retry with backoff'));
+    else done(credentialInQuery(request.query));
   });
   // While draining, every answer closes its connection: an idle keep-alive socket would otherwise
   // hold the server open until its timeout.
@@ -110,7 +205,9 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   // Rate limits (D10) are counted inside the auth hook, once the credential is known, so that every
   // answer carries their headers.
   app.addHook('onRequest', authHook(deps.authenticator, deps.rateLimits));
+  app.decorateRequest('queryProblems', null);
   app.addHook('preValidation', normalizeQuery);
+  app.addHook('preHandler', refuseQueryProblems);
 
   app.addSchema(Problem);
   for (const schema of playbookSchemas) app.addSchema(schema);

@@ -36,6 +36,13 @@ const EnvSchema = Type.Object({
     default: 'false',
     description: 'false, true, a hop count, or comma-separated proxy addresses/CIDRs',
   }),
+  PLAYBOOK_REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 1000, maximum: 3_600_000, default: 30_000 }),
+  PLAYBOOK_KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ minimum: 1000, maximum: 3_600_000, default: 72_000 }),
+  PLAYBOOK_MAX_CONTENT_BYTES: Type.Integer({
+    minimum: 1,
+    maximum: 1024 * 1024 * 1024,
+    default: 16 * 1024 * 1024,
+  }),
   PLAYBOOK_ANSWER_CACHE_BYTES: Type.Integer({
     minimum: 0,
     maximum: 2 ** 40,
@@ -72,6 +79,10 @@ export interface Config {
     readonly clockToleranceS: number;
   };
   readonly rateLimit: { readonly max: number; readonly windowMs: number; readonly authFailureMax: number };
+  /** D20: how long a request may take to arrive, and an idle keep-alive connection may stay open. */
+  readonly timeouts: { readonly requestMs: number; readonly keepAliveMs: number };
+  /** D20: the most bytes of content one Resource Version may have (`PLAYBOOK_MAX_CONTENT_BYTES`). */
+  readonly maxContentBytes: number;
   /** Memory for read answers, compressed forms included (`PLAYBOOK_ANSWER_CACHE_BYTES`). */
   readonly answerCacheBytes: number;
   readonly logLevel: string;
@@ -182,6 +193,8 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
       windowMs: env.PLAYBOOK_RATE_LIMIT_WINDOW_MS,
       authFailureMax: env.PLAYBOOK_AUTH_FAILURE_MAX,
     },
+    timeouts: { requestMs: env.PLAYBOOK_REQUEST_TIMEOUT_MS, keepAliveMs: env.PLAYBOOK_KEEP_ALIVE_TIMEOUT_MS },
+    maxContentBytes: env.PLAYBOOK_MAX_CONTENT_BYTES,
     answerCacheBytes: env.PLAYBOOK_ANSWER_CACHE_BYTES,
     logLevel: env.LOG_LEVEL,
     trustProxy: parseTrustProxy(env.PLAYBOOK_TRUST_PROXY),

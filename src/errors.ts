@@ -45,6 +45,17 @@ export class NotFoundError extends Error {
   override name = 'NotFoundError';
 }
 
+/** A known path, asked with a method it does not take (D2). */
+export class MethodNotAllowedError extends Error {
+  override name = 'MethodNotAllowedError';
+  constructor(
+    method: string,
+    readonly allowed: readonly string[],
+  ) {
+    super(`${method} is not an operation of this path; it takes ${allowed.join(', ')}`);
+  }
+}
+
 /** Too many requests for one credential or address in the current window (D10). */
 export class RateLimitError extends Error {
   override name = 'RateLimitError';

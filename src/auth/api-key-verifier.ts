@@ -54,8 +54,8 @@ export interface ApiKeyVerifierOptions {
  *
  * - A malformed key or a bad checksum is refused before any hashing or storage access.
  * - The secret is always hashed, and the digest compared in constant time, against the stored digest
- *   or, for an unknown key id, against a dummy of the same length: an unknown id costs exactly the
- *   work of a wrong secret.
+ *   or, for an unknown key id, against a dummy of the same length; either refusal then reads storage
+ *   once. An unknown id costs the work of a wrong secret, so that timing tells no key id's existence.
  * - Verified keys are cached with their account's plan, so a busy key costs at most one storage read
  *   per `revalidateAfterMs`. A revocation announced on the bus evicts at once; expiry is checked on
  *   every use against the cached `expiresAt`.
@@ -90,9 +90,14 @@ export class ApiKeyVerifier {
     const digest = this.options.hasher.digest(parsed.secret);
     const now = this.now();
     const { entry, fresh } = await this.entryFor(parsed.keyId, now);
-    // Compared even when the id is unknown, so that both refusals cost the same.
+    // Compared even when the id is unknown, so that both refusals cost the same comparison.
     const matches = digestsEqual(digest, entry?.digest ?? Buffer.alloc(digest.length));
-    if (!entry || !matches) throw new AuthenticationError('the API key is not valid');
+    if (!entry || !matches) {
+      // And the same storage read: an unknown id is always read from storage, so a wrong secret for a
+      // cached key is too. Otherwise the time of a refusal would tell which key ids exist.
+      if (!fresh.loaded) await this.options.lookup.find(parsed.keyId);
+      throw new AuthenticationError('the API key is not valid');
+    }
     if (fresh.epoch === this.revocationEpoch && fresh.loaded) this.cache.set(entry.keyId, entry);
     if (entry.revoked) throw new AuthenticationError('the API key has been revoked');
     if (entry.expiresAtMs !== null && entry.expiresAtMs <= now) {

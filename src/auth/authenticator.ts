@@ -24,23 +24,23 @@ declare module 'fastify' {
 
 /**
  * Each route states its needs in one line of `config`; this hook enforces them before validation, in
- * this order: the per-address failure limit (before any credential work), authentication, the
- * per-credential rate limit (so a 403 counts and carries the headers too), then the scope.
+ * this order: authentication, the per-credential rate limit (so a 403 counts and carries the headers
+ * too), then the scope. Routes that take no credential (health, readiness, the OpenAPI document, the
+ * docs, unknown paths) are neither authenticated nor counted (D10).
+ *
+ * A refused credential counts against its address (D10): past the address's budget, it is answered 429
+ * rather than 401. The failure limit only ever refuses failures, so a valid credential sent from the
+ * same address (a NAT, a load balancer) is never locked out by someone else's bad ones.
  */
 export function authHook(authenticator: Authenticator, limiter?: AccessLimiter) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const needs = request.routeOptions.config.auth;
-    if (!needs) {
-      await limiter?.consume(request, reply);
-      return;
-    }
-    await limiter?.admit(request, reply);
+    if (!needs) return;
     let principal: Principal;
     try {
       principal = await authenticator.authenticate(request, needs.policy);
     } catch (error) {
       if (error instanceof AuthenticationError) await limiter?.recordFailure(request, reply);
-      else await limiter?.consume(request, reply);
       throw error;
     }
     request.principal = principal;

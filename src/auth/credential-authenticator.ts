@@ -10,8 +10,21 @@ import { DEFAULT_PLAN, type Principal, type Scope } from './principal.js';
 const TOKEN_SCOPES: ReadonlySet<Scope> = new Set<Scope>(['playbook:read']);
 const BEARER = /^Bearer +(\S+)$/i;
 
-function header(request: FastifyRequest, name: string): string | undefined {
+/**
+ * A credential header, refused when it is sent twice (D21): Node keeps the first `Authorization` and
+ * joins repeated `x-api-key` values, so neither would say which one the caller meant.
+ */
+function header(
+  request: FastifyRequest,
+  name: 'x-api-key' | 'authorization' | 'x-account-id',
+): string | undefined {
   const value = request.headers[name];
+  if (value === undefined) return undefined;
+  const raw = request.raw.rawHeaders;
+  let seen = 0;
+  for (let i = 0; i < raw.length; i += 2)
+    if (raw[i]!.length === name.length && raw[i]!.toLowerCase() === name) seen++;
+  if (seen > 1) throw InputError.of('header', name, 'must be sent once');
   return Array.isArray(value) ? value.join(', ') : value;
 }
 

@@ -11,8 +11,6 @@ import type { Credential } from './principal.js';
 export interface RateCounter {
   /** Adds one hit to `key`'s current window (opening one when none is running). */
   increment(key: string, windowMs: number): Promise<WindowCount>;
-  /** The current window's count, without adding a hit. */
-  peek(key: string, windowMs: number): Promise<WindowCount>;
 }
 
 export interface WindowCount {
@@ -40,24 +38,18 @@ export class MemoryRateCounter implements RateCounter {
     this.windows.set(key, window);
     return { count: window.count, resetInMs: window.startedAt + windowMs - now };
   }
-
-  async peek(key: string, windowMs: number): Promise<WindowCount> {
-    const now = this.now();
-    const current = this.windows.get(key);
-    if (!current || now - current.startedAt >= windowMs) return { count: 0, resetInMs: windowMs };
-    return { count: current.count, resetInMs: current.startedAt + windowMs - now };
-  }
 }
 
-/** What the auth hook asks of rate limiting, in the order it asks (D10). */
+/** What the auth hook asks of rate limiting (D10). */
 export interface AccessLimiter {
-  /** Before any credential work: an address over its failed-authentication budget gets a 429. */
-  admit(request: FastifyRequest, reply: FastifyReply): Promise<void>;
-  /** After a refused credential: counts the failure against the address. */
+  /**
+   * After a refused credential: counts the failure against the address and sets the `RateLimit-*`
+   * headers of its budget; past the budget, throws a 429 with `Retry-After` in place of the refusal.
+   */
   recordFailure(request: FastifyRequest, reply: FastifyReply): Promise<void>;
   /**
-   * Counts the request against its credential (the key id or the token subject), or its address when
-   * it has none; sets the `RateLimit-*` headers; a 429 with `Retry-After` when over the budget.
+   * Counts the request against its credential (the key id or the token subject); sets the
+   * `RateLimit-*` headers; a 429 with `Retry-After` when over the budget.
    */
   consume(request: FastifyRequest, reply: FastifyReply): Promise<void>;
 }
@@ -81,8 +73,8 @@ function seconds(ms: number): number {
 
 /**
  * Rate limits of D10, counted by a `RateCounter` (this process's, or Redis's shared by every
- * instance). The auth hook calls them in order: `admit` before any credential work, then
- * `recordFailure` or `consume`, so that every answer, refusals included, carries the
+ * instance). The auth hook calls `recordFailure` or `consume` once it knows whether the credential
+ * holds, so that every answer of an authenticated route, refusals included, carries the
  * `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` headers (seconds), and a 429 its
  * `Retry-After`.
  *
@@ -96,26 +88,23 @@ export class RateLimits implements AccessLimiter {
     private readonly counter: RateCounter,
   ) {}
 
-  async admit(request: FastifyRequest, reply: FastifyReply): Promise<void> {
-    const { authFailureMax, windowMs } = this.settings;
-    const { count, resetInMs } = await this.counter.peek(failureKey(request), windowMs);
-    if (count < authFailureMax) return;
-    describe(reply, authFailureMax, count, resetInMs);
-    throw new RateLimitError(
-      'too many failed authentications from this address; retry later',
-      seconds(resetInMs),
-    );
-  }
-
   async recordFailure(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    const { authFailureMax, windowMs } = this.settings;
     // On a refusal the headers describe the address's remaining failed-authentication budget.
-    const { count, resetInMs } = await this.counter.increment(failureKey(request), this.settings.windowMs);
-    describe(reply, this.settings.authFailureMax, count, resetInMs);
+    const { count, resetInMs } = await this.counter.increment(`auth-failures:${request.ip}`, windowMs);
+    describe(reply, authFailureMax, count, resetInMs);
+    if (count > authFailureMax) {
+      throw new RateLimitError(
+        'too many failed authentications from this address; retry later',
+        seconds(resetInMs),
+      );
+    }
   }
 
   async consume(request: FastifyRequest, reply: FastifyReply): Promise<void> {
     const { max, windowMs } = this.settings;
-    const key = request.principal ? credentialKey(request.principal.credential) : `address:${request.ip}`;
+    if (!request.principal) throw new Error('a request counted against its credential before it had one');
+    const key = credentialKey(request.principal.credential);
     const { count, resetInMs } = await this.counter.increment(key, windowMs);
     describe(reply, max, count, resetInMs);
     if (count > max) {
@@ -126,10 +115,6 @@ export class RateLimits implements AccessLimiter {
       );
     }
   }
-}
-
-function failureKey(request: FastifyRequest): string {
-  return `auth-failures:${request.ip}`;
 }
 
 function describe(reply: FastifyReply, limit: number, count: number, resetInMs: number): void {

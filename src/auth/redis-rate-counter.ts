@@ -19,17 +19,9 @@ end
 return {count, ttl}
 `;
 
-/** GET and PTTL read together, so that the count and its reset belong to the same window. */
-const PEEK_SCRIPT = `
-local count = redis.call('GET', KEYS[1])
-if not count then return {0, -2} end
-return {tonumber(count) or 0, redis.call('PTTL', KEYS[1])}
-`;
-
-/** The scripts as commands: ioredis sends EVALSHA, and the script itself after a Redis restart. */
+/** The script as a command: ioredis sends EVALSHA, and the script itself after a Redis restart. */
 interface RateScripts {
   playbookRateIncrement(key: string, windowMs: number): Promise<unknown>;
-  playbookRatePeek(key: string): Promise<unknown>;
 }
 
 function pair(reply: unknown): [number, number] {
@@ -52,20 +44,12 @@ export class RedisRateCounter implements RateCounter {
     private readonly prefix = 'playbook:rl:',
   ) {
     redis.defineCommand('playbookRateIncrement', { numberOfKeys: 1, lua: INCREMENT_SCRIPT });
-    redis.defineCommand('playbookRatePeek', { numberOfKeys: 1, lua: PEEK_SCRIPT });
     // defineCommand adds the methods at run time; their shape is declared by RateScripts.
     this.redis = redis as Redis & RateScripts;
   }
 
   async increment(key: string, windowMs: number): Promise<WindowCount> {
     const [count, ttl] = pair(await this.redis.playbookRateIncrement(this.prefix + key, windowMs));
-    return { count, resetInMs: ttl };
-  }
-
-  async peek(key: string, windowMs: number): Promise<WindowCount> {
-    const [count, ttl] = pair(await this.redis.playbookRatePeek(this.prefix + key));
-    // No window running (-2), or a count without an expiry (-1) that the next hit will repair.
-    if (ttl < 0) return { count: ttl === -2 ? 0 : count, resetInMs: windowMs };
     return { count, resetInMs: ttl };
   }
 }
@@ -102,10 +86,6 @@ export class FallbackRateCounter implements RateCounter {
 
   increment(key: string, windowMs: number): Promise<WindowCount> {
     return this.attempt((counter) => counter.increment(key, windowMs));
-  }
-
-  peek(key: string, windowMs: number): Promise<WindowCount> {
-    return this.attempt((counter) => counter.peek(key, windowMs));
   }
 
   private async attempt(operation: (counter: RateCounter) => Promise<WindowCount>): Promise<WindowCount> {

@@ -53,6 +53,7 @@ export function registerImportCommand(program: Command, context: CliContext): vo
             dir,
             owner,
             dryRun: options.dryRun === true,
+            maxContentBytes: services.config.maxContentBytes,
             onProgress: (line) => context.stderr.write(`${line}\n`),
           },
         );

@@ -3,6 +3,7 @@ import { KEY_ID_PATTERN } from '../auth/key-format.js';
 import { ACCOUNT_ID_PATTERN } from '../catalog/accounts.js';
 import type { ApiKey } from '../schemas/identity.js';
 import { type CliContext, CommandError } from './context.js';
+import { printable } from './printable.js';
 
 const KEY_ID = new RegExp(KEY_ID_PATTERN);
 
@@ -45,8 +46,8 @@ export function registerKeysCommand(program: Command, context: CliContext): void
             key.createdAt,
             key.expiresAt ?? '-',
             key.lastUsedAt ?? '-',
-            // A name is free text: tabs and line breaks would break the columns.
-            key.name.replace(/[\t\r\n]+/g, ' '),
+            // A name is free text: tabs, line breaks and terminal escapes are shown escaped.
+            printable(key.name),
           ]);
         }
         context.stdout.write(`${lines.map((line) => line.join('\t')).join('\n')}\n`);

@@ -24,6 +24,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         readiness: services.readiness,
         plugins: services.plugins,
         trustProxy: config.trustProxy,
+        timeouts: config.timeouts,
         logger,
       });
       // Demo content is for the embedded default only: a production database starts empty.

@@ -10,11 +10,15 @@ export function utf8Size(text: string): number {
   return Buffer.byteLength(text, 'utf8');
 }
 
-/** JSON with object keys sorted at every depth, so that equal values always hash alike. */
+/**
+ * JSON with object keys sorted at every depth, so that equal values always hash alike. Every key is
+ * data, `__proto__` included (D21): the sorted copies have no prototype, so none of their keys can set
+ * one.
+ */
 export function canonicalJson(value: unknown): string {
   return JSON.stringify(value, (_key, v: unknown) => {
     if (v && typeof v === 'object' && !Array.isArray(v)) {
-      const sorted: Record<string, unknown> = {};
+      const sorted: Record<string, unknown> = Object.create(null);
       for (const k of Object.keys(v).sort()) sorted[k] = (v as Record<string, unknown>)[k];
       return sorted;
     }

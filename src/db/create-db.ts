@@ -5,6 +5,7 @@ import { Kysely, type SqliteDatabase as KyselySqliteDatabase, PostgresDialect, S
 import { LRUCache } from 'lru-cache';
 import type { Pool } from 'pg';
 import type { DatabaseConfig } from '../config.js';
+import { translatingPool } from './postgres-errors.js';
 import type { Database, Db, Dialect } from './tables.js';
 
 export interface Databases {
@@ -102,7 +103,7 @@ async function postgresPool(url: string, role: 'primary' | 'reader', limits: Pos
   pool.on('connect', (client) => {
     client.on('error', () => {});
   });
-  return pool;
+  return translatingPool(pool);
 }
 
 /** Opens the configured database (D13). Connections open lazily, on the first query. */

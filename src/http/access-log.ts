@@ -17,7 +17,14 @@ export const REDACTED_PATHS = [
 ];
 
 /** Query parameters that may carry a credential (D21): their values never reach a log line. */
-const CREDENTIAL_PARAMETERS = new Set(['api_key', 'apikey', 'x-api-key', 'key', 'token', 'access_token']);
+export const CREDENTIAL_PARAMETERS: ReadonlySet<string> = new Set([
+  'api_key',
+  'apikey',
+  'x-api-key',
+  'key',
+  'token',
+  'access_token',
+]);
 /** A query that may name one of them, in any case or encoding: only such a query is looked at closely. */
 const MAY_HOLD_CREDENTIAL = /key|token|%/i;
 

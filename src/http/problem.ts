@@ -1,3 +1,6 @@
+import { randomUUID } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import {
   AuthenticationError,
@@ -5,11 +8,13 @@ import {
   InputError,
   type InputLocation,
   type InputProblem,
+  MethodNotAllowedError,
   NotFoundError,
   RateLimitError,
   UnavailableError,
 } from '../errors.js';
-import type { Problem, ProblemCode } from '../schemas/common.js';
+import { PATTERN_RULES, type Problem, type ProblemCode } from '../schemas/common.js';
+import { withQueryProblems } from './query.js';
 
 const TITLES: Record<ProblemCode, string> = {
   invalid_request: 'Invalid request',
@@ -17,8 +22,12 @@ const TITLES: Record<ProblemCode, string> = {
   forbidden: 'Forbidden',
   plan_required: 'Plan required',
   not_found: 'Not found',
+  method_not_allowed: 'Method not allowed',
+  request_timeout: 'Request timeout',
+  headers_too_large: 'Request headers too large',
   rate_limited: 'Too many requests',
   internal: 'Internal error',
+  not_implemented: 'Not implemented',
   unavailable: 'Service unavailable',
 };
 
@@ -76,6 +85,22 @@ function toInputProblem(location: InputLocation, error: AjvError): InputProblem 
       const allowed = (error.params.allowedValues as unknown[] | undefined)?.join(', ');
       return { in: location, name: base || '(root)', message: `${element}must be one of: ${allowed}` };
     }
+    case 'pattern': {
+      const rule = PATTERN_RULES[String(error.params.pattern)];
+      return {
+        in: location,
+        name: base || '(root)',
+        message: `${element}${rule ?? error.message ?? 'is invalid'}`,
+      };
+    }
+    case 'type': {
+      const type = String(error.params.type);
+      return {
+        in: location,
+        name: base || '(root)',
+        message: `${element}must be ${/^[aeiou]/.test(type) ? 'an' : 'a'} ${type}`,
+      };
+    }
     default:
       return { in: location, name: base || '(root)', message: `${element}${error.message ?? 'is invalid'}` };
   }
@@ -83,26 +108,6 @@ function toInputProblem(location: InputLocation, error: AjvError): InputProblem 
 
 /** Errors the router raises before any route runs: a path it cannot decode, or a value past its limit. */
 const ROUTER_ERRORS = new Set(['FST_ERR_BAD_URL', 'FST_ERR_MAX_PARAM_LENGTH']);
-
-/** Errors that mean a backend is out of reach rather than that the request is wrong. */
-function isUnavailable(error: unknown): boolean {
-  if (error instanceof UnavailableError) return true;
-  const code = String((error as { code?: unknown }).code);
-  const message = String((error as { message?: unknown }).message ?? '');
-  return (
-    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EPIPE', 'EHOSTUNREACH', 'EAI_AGAIN'].includes(
-      code,
-    ) ||
-    // PostgreSQL SQLSTATEs: connection exceptions (08), insufficient resources (53, e.g. too many
-    // connections), operator intervention (57P, shutdown and restart), and 57014, a statement
-    // cancelled by statement_timeout because the server did not finish in time.
-    /^(08[0-9A-Z]{3}|53[0-9A-Z]{3}|57P[0-9A-Z]{2}|57014)$/.test(code) ||
-    // Client-side bounds of `pg` (pool checkout, connect, query read) carry no code.
-    /Connection terminated|timeout exceeded when trying to connect|Query read timeout|connect ECONNREFUSED|Client has encountered a connection error/i.test(
-      message,
-    )
-  );
-}
 
 function classify(error: FastifyError | Error): {
   status: number;
@@ -128,8 +133,12 @@ function classify(error: FastifyError | Error): {
     return { status: 401, code: 'unauthenticated', detail: error.message };
   if (error instanceof ForbiddenError) return { status: 403, code: error.reason, detail: error.message };
   if (error instanceof NotFoundError) return { status: 404, code: 'not_found', detail: error.message };
+  if (error instanceof MethodNotAllowedError) {
+    return { status: 405, code: 'method_not_allowed', detail: error.message };
+  }
   if (error instanceof RateLimitError) return { status: 429, code: 'rate_limited', detail: error.message };
-  if (isUnavailable(error)) {
+  // Backends translate their outages where they happen (the database adapter, the S3 store).
+  if (error instanceof UnavailableError) {
     return {
       status: 503,
       code: 'unavailable',
@@ -158,13 +167,35 @@ function classify(error: FastifyError | Error): {
   return { status: 500, code: 'internal', detail: 'The service could not complete the request.' };
 }
 
+/** D20: a 400 lists this many problems at most, then says how many more there were. */
+const MAX_LISTED_PROBLEMS = 20;
+
+/** The problems a 400 lists, and its detail: the list bounded, so a small request never makes a large answer. */
+function listed(
+  detail: string,
+  errors: InputProblem[] | undefined,
+): { detail: string; errors?: InputProblem[] } {
+  if (!errors || errors.length <= MAX_LISTED_PROBLEMS) return errors ? { detail, errors } : { detail };
+  const more = errors.length - MAX_LISTED_PROBLEMS;
+  return {
+    detail: `${detail} ${more} more problem${more === 1 ? ' is' : 's are'} not listed.`,
+    errors: errors.slice(0, MAX_LISTED_PROBLEMS),
+  };
+}
+
 /** The one place where errors become HTTP answers (D2). Unexpected errors are logged, never shown. */
 export function handleError(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply) {
-  const { status, code, detail, errors } = classify(error);
+  const classified = classify(error);
+  const { status, code } = classified;
+  const all = (error as FastifyError).validation
+    ? withQueryProblems(request, classified.errors ?? [])
+    : classified.errors;
+  const { detail, errors } = listed(classified.detail, all);
   if (status >= 500) request.log.error({ err: error }, 'request failed');
   // The access line (access-log.ts) says why; a refusal is no event of its own.
   request.refusal = { code, detail };
   if (error instanceof RateLimitError) reply.header('retry-after', String(error.retryAfterSeconds));
+  if (error instanceof MethodNotAllowedError) reply.header('allow', error.allowed.join(', '));
   if (status === 401) reply.header('www-authenticate', 'Bearer, ApiKey header="x-api-key"');
   // Errors raised before the onRequest hooks (router errors) have not had their request id set yet.
   reply.header('x-request-id', request.id);
@@ -175,4 +206,43 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
     .header('cache-control', 'no-store')
     .type(PROBLEM_CONTENT_TYPE)
     .send(problem(status, code, detail, request.id, errors));
+}
+
+/**
+ * Errors Node's HTTP parser raises before any request exists (a malformed request line, headers over
+ * the limit, a request too slow, D20): answered with a problem document like every other error (D2),
+ * then the connection is closed, since what follows on it cannot be trusted.
+ */
+export function handleClientError(error: Error & { code?: string }, socket: Duplex): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, code, detail]: [number, ProblemCode, string] =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [408, 'request_timeout', 'The request did not arrive in time.']
+      : error.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'headers_too_large', 'The request headers are larger than the service accepts.']
+        : [400, 'invalid_request', 'The request is not valid HTTP.'];
+  writeRawProblem(socket, status, code, detail);
+}
+
+/** A problem document written straight to a socket that no request or reply stands for; closes it. */
+export function writeRawProblem(
+  socket: Duplex,
+  status: number,
+  code: ProblemCode,
+  detail: string,
+  headers: Record<string, string> = {},
+): void {
+  const requestId = randomUUID();
+  const body = JSON.stringify(problem(status, code, detail, requestId));
+  const lines = [
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}`,
+    `content-type: ${PROBLEM_CONTENT_TYPE}`,
+    `content-length: ${Buffer.byteLength(body)}`,
+    `x-request-id: ${requestId}`,
+    'cache-control: no-store',
+    'connection: close',
+    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+  ];
+  if (socket.writable) socket.end(`${lines.join('\r\n')}\r\n\r\n${body}`);
+  else socket.destroy();
 }

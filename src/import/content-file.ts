@@ -21,6 +21,7 @@ export async function readContentFile(
   catalogDir: string,
   catalogRealDir: string,
   contentFile: string,
+  maxBytes = Number.POSITIVE_INFINITY,
 ): Promise<ContentFileResult> {
   if (contentFile.includes('\0')) return { problem: 'must not contain a NUL character' };
   if (path.posix.isAbsolute(contentFile) || path.win32.isAbsolute(contentFile)) {
@@ -44,6 +45,8 @@ export async function readContentFile(
   try {
     const stat = await fs.stat(real);
     if (!stat.isFile()) return { problem: `is not a file: ${contentFile}` };
+    // Refused before it is read: a file of gigabytes must not be loaded to be told it is too large.
+    if (stat.size > maxBytes) return { problem: tooLarge(stat.size, maxBytes) };
     bytes = await fs.readFile(real);
   } catch (error) {
     return { problem: `cannot be read (${(error as NodeJS.ErrnoException).code})` };
@@ -64,4 +67,9 @@ function isInside(folder: string, candidate: string): boolean {
     relative !== '..' &&
     !path.isAbsolute(relative)
   );
+}
+
+/** D20's limit on the content of one Resource Version, in words. */
+export function tooLarge(bytes: number, maxBytes: number): string {
+  return `content is ${bytes} bytes; at most ${maxBytes} are accepted (PLAYBOOK_MAX_CONTENT_BYTES)`;
 }

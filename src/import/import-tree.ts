@@ -31,6 +31,8 @@ export interface ImportOptions {
   readonly onProgress?: (line: string) => void;
   /** The timestamp every change carries; the clock by default. */
   readonly now?: () => string;
+  /** D20: the most bytes of content one Resource Version may have; 16 MiB by default. */
+  readonly maxContentBytes?: number;
 }
 
 /**
@@ -58,7 +60,11 @@ export async function importTree(deps: ImportDeps, options: ImportOptions): Prom
       `account ${JSON.stringify(owner.accountId)}: must be 1-128 characters of letters, digits, ".", "_", ":" or "-"`,
     );
   }
-  const reading = await readImportTree(options.dir, onProgress);
+  const reading = await readImportTree(
+    options.dir,
+    onProgress,
+    options.maxContentBytes === undefined ? {} : { maxContentBytes: options.maxContentBytes },
+  );
   if (!reading.ok) problems.push(...reading.problems);
   if (problems.length > 0 || !reading.ok) throw new ImportValidationError(problems);
 

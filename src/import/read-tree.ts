@@ -6,7 +6,7 @@ import { canonicalJson, sha256Hex, utf8Size } from '../content/hash.js';
 import type { Facets, LifecycleStatus } from '../schemas/common.js';
 import type { ResourceKind, StorageBackend } from '../schemas/playbook.js';
 import { mapWithLimit, progressCounter } from './batches.js';
-import { readContentFile } from './content-file.js';
+import { readContentFile, tooLarge } from './content-file.js';
 import { catalogFileChecker, type ResourceFile, resourceFileChecker, slugChecker } from './file-schemas.js';
 import { ImportValidationError } from './import-error.js';
 import { schemaProblems, slugRule } from './schema-problems.js';
@@ -107,7 +107,12 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  * const reading = await readImportTree('demo/catalogs');
  * if (reading.ok) console.log(reading.tree.catalogs.map((c) => c.slug));
  */
-export async function readImportTree(dir: string, onProgress?: (line: string) => void): Promise<TreeReading> {
+export async function readImportTree(
+  dir: string,
+  onProgress?: (line: string) => void,
+  options: TreeOptions = {},
+): Promise<TreeReading> {
+  const maxContentBytes = options.maxContentBytes ?? DEFAULT_MAX_CONTENT_BYTES;
   const root = path.resolve(dir);
   let entries: Dirent[];
   try {
@@ -141,7 +146,8 @@ export async function readImportTree(dir: string, onProgress?: (line: string) =>
   const work: { folder: CatalogFolder; slug: string }[] = [];
   for (const listing of listings) {
     const dir = listing.absolute;
-    const folder = { name: listing.slug, dir, realDir: listing.readable ? await fs.realpath(dir) : dir };
+    const realDir = listing.readable ? await fs.realpath(dir) : dir;
+    const folder = { name: listing.slug, dir, realDir, maxContentBytes };
     for (const slug of listing.resources) work.push({ folder, slug });
   }
   const interned = new Interned();
@@ -249,7 +255,17 @@ interface CatalogFolder {
   readonly name: string;
   readonly dir: string;
   readonly realDir: string;
+  /** D20: the most bytes of content one Resource Version may have. */
+  readonly maxContentBytes: number;
 }
+
+export interface TreeOptions {
+  /** D20: the most bytes of content one Resource Version may have (`PLAYBOOK_MAX_CONTENT_BYTES`). */
+  readonly maxContentBytes?: number;
+}
+
+/** D20's default. */
+export const DEFAULT_MAX_CONTENT_BYTES = 16 * 1024 * 1024;
 
 /** A resource file of a catalog folder, from the folder and the resource's slug. */
 function entryOf(folder: CatalogFolder, slug: string): ResourceEntry {
@@ -353,9 +369,12 @@ async function parseResourceFile(entry: ResourceEntry, folder: CatalogFolder): P
   }
   let content = typeof inline === 'string' ? inline : undefined;
   if (inline === undefined && typeof contentFile === 'string' && contentFile.length > 0) {
-    const read = await readContentFile(folder.dir, folder.realDir, contentFile);
+    const read = await readContentFile(folder.dir, folder.realDir, contentFile, folder.maxContentBytes);
     if ('problem' in read) problems.push(`${display}: contentFile: ${read.problem}`);
     else content = read.content;
+  }
+  if (content !== undefined && utf8Size(content) > folder.maxContentBytes) {
+    problems.push(`${display}: content: ${tooLarge(utf8Size(content), folder.maxContentBytes)}`);
   }
   if (problems.length > 0 || content === undefined || !resourceFileChecker.Check(value)) return { problems };
   return {

@@ -1,7 +1,7 @@
 import type { TSchema } from '@sinclair/typebox';
 import type { TypeCheck } from '@sinclair/typebox/compiler';
 import { type ValueError, ValueErrorType } from '@sinclair/typebox/errors';
-import { SLUG_PATTERN } from '../schemas/common.js';
+import { PATTERN_RULES, SLUG_PATTERN } from '../schemas/common.js';
 
 const SLUG_RULE = 'must be a slug: lowercase letters and digits in groups joined by single hyphens';
 
@@ -74,7 +74,9 @@ function describe(error: ValueError): string {
     case ValueErrorType.StringMaxLength:
       return `must be at most ${schema.maxLength} characters`;
     case ValueErrorType.StringPattern:
-      return schema.pattern === SLUG_PATTERN ? SLUG_RULE : `must match ${String(schema.pattern)}`;
+      return schema.pattern === SLUG_PATTERN
+        ? SLUG_RULE
+        : (PATTERN_RULES[String(schema.pattern)] ?? `must match ${String(schema.pattern)}`);
     case ValueErrorType.Union: {
       const values = ((schema.anyOf as { const?: unknown }[] | undefined) ?? []).map(
         (member) => member.const,

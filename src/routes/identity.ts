@@ -1,9 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { TObject, TSchema } from '@sinclair/typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
 import type { ApiKeyService, KeyManager } from '../auth/api-key-service.js';
-import { InputError, type InputProblem } from '../errors.js';
 import { Answer, routeSerializer, sendAnswer } from '../http/answer.js';
 import { problemResponses } from '../schemas/common.js';
 import {
@@ -25,53 +23,6 @@ function managerOf(request: FastifyRequest): KeyManager {
   return credential;
 }
 
-function jsonType(value: unknown): string {
-  if (Array.isArray(value)) return 'array';
-  if (value === null) return 'null';
-  if (typeof value === 'number') return Number.isInteger(value) ? 'integer' : 'number';
-  return typeof value;
-}
-
-function aOrAn(type: unknown): string {
-  return `${/^[aeiou]/.test(String(type)) ? 'an' : 'a'} ${String(type)}`;
-}
-
-function typeMatches(schema: TSchema, value: unknown): boolean {
-  const actual = jsonType(value);
-  return schema.type === actual || (schema.type === 'number' && actual === 'integer');
-}
-
-/**
- * The shared validator coerces types, which query strings need (everything arrives as text). A JSON
- * body carries its own types, so a mistyped field (`"name": 7`, `"scopes": "playbook:read"`) is
- * refused here, before coercion could make it look right.
- */
-function exactJsonTypes(schema: TObject) {
-  return async (request: FastifyRequest): Promise<void> => {
-    const body = request.body;
-    if (jsonType(body) !== 'object') return; // the schema names that problem itself
-    const problems: InputProblem[] = [];
-    for (const [name, value] of Object.entries(body as Record<string, unknown>)) {
-      const property: TSchema | undefined = schema.properties[name];
-      if (!property) continue;
-      const items: TSchema | undefined = property.items;
-      if (!typeMatches(property, value)) {
-        problems.push({
-          in: 'body',
-          name,
-          message: `must be ${aOrAn(property.type)}`,
-        });
-      } else if (items && Array.isArray(value)) {
-        value.forEach((item, index) => {
-          if (!typeMatches(items, item))
-            problems.push({ in: 'body', name: `${name}.${index}`, message: `must be ${aOrAn(items.type)}` });
-        });
-      }
-    }
-    if (problems.length > 0) throw new InputError(problems);
-  };
-}
-
 /** Key management of D8: create (contract §4.5), list and revoke. */
 export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
   return async (app) => {
@@ -79,7 +30,6 @@ export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
       '/v3/identity/api-keys',
       {
         config: KEY_MANAGEMENT,
-        preValidation: exactJsonTypes(CreateApiKeyBody),
         schema: {
           operationId: 'createApiKey',
           summary: 'Create an API key for one account; the key string is shown only in this answer',
@@ -97,20 +47,20 @@ export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
       },
     );
 
-    app.get(
-      '/v3/identity/api-keys',
-      {
-        config: KEY_MANAGEMENT,
-        schema: {
-          operationId: 'listApiKeys',
-          summary: "List an account's API keys, without their secrets",
-          tags: ['identity'],
-          security,
-          querystring: ListApiKeysQuery,
-          response: { 200: ApiKeyList, ...problemResponses(400, 401, 403, 429, 500, 503) },
-        },
+    app.route({
+      // A read like the playbook's: HEAD answers as GET does, 304 included.
+      method: ['GET', 'HEAD'],
+      url: '/v3/identity/api-keys',
+      config: KEY_MANAGEMENT,
+      schema: {
+        operationId: 'listApiKeys',
+        summary: "List an account's API keys, without their secrets",
+        tags: ['identity'],
+        security,
+        querystring: ListApiKeysQuery,
+        response: { 200: ApiKeyList, ...problemResponses(400, 401, 403, 429, 500, 503) },
       },
-      async (request, reply) => {
+      handler: async (request, reply) => {
         const data = await keys.listFor(managerOf(request), request.query.accountId);
         // Like every other read (D11), never kept: a changed lastUsedAt shows at once.
         return sendAnswer(
@@ -119,7 +69,7 @@ export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
           Answer.json(routeSerializer<{ data: typeof data }>(reply)({ data })),
         );
       },
-    );
+    });
 
     app.delete(
       '/v3/identity/api-keys/:keyId',

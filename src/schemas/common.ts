@@ -18,6 +18,25 @@ const UUID_PATTERN =
 export const SLUG_PATTERN = '^[a-z0-9]+(?:-[a-z0-9]+)*$';
 export const SLUG_REGEX = new RegExp(SLUG_PATTERN);
 
+/** C0 and C1 controls, DEL, and the bidirectional overrides and isolates (D21), as a regex class body. */
+export const CONTROLS = '\\u0000-\\u001F\\u007F-\\u009F\\u202A-\\u202E\\u2066-\\u2069';
+/** D21: one line of text, with no control character or direction override. */
+export const SINGLE_LINE_PATTERN = `^[^${CONTROLS}]*$`;
+/** D21: one line of text, as above, that is not blank. */
+export const NAME_PATTERN = `^(?=[\\s\\S]*\\S)[^${CONTROLS}]*$`;
+/** D21: text that may run over lines: tabs and line breaks, but no other control or override. */
+export const MULTI_LINE_PATTERN =
+  '^[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F\\u007F-\\u009F\\u202A-\\u202E\\u2066-\\u2069]*$';
+
+/** What a value that fails one of the service's patterns must be, in words: the patterns are not for people. */
+export const PATTERN_RULES: Readonly<Record<string, string>> = {
+  [UUID_PATTERN]: 'must be a UUID',
+  [SLUG_PATTERN]: 'must be a slug: lowercase letters and digits in groups joined by single hyphens',
+  [SINGLE_LINE_PATTERN]: 'must be one line of text, without control characters or direction overrides',
+  [NAME_PATTERN]: 'must be one line of text, not blank, without control characters or direction overrides',
+  [MULTI_LINE_PATTERN]: 'must not hold control characters (but tab and line breaks) or direction overrides',
+};
+
 export const Uuid = Type.String({ pattern: UUID_PATTERN, description: 'uuid (RFC 9562 layout)' });
 export const DateTime = Type.String({
   format: 'date-time',
@@ -28,8 +47,12 @@ export const Slug = Type.String({ minLength: 1, maxLength: 120, pattern: SLUG_PA
 export const FacetValue = Type.String({ minLength: 1, maxLength: 80, pattern: SLUG_PATTERN });
 export const Hash = Type.String({ minLength: 32, maxLength: 128 });
 export const Counter = Type.Integer({ minimum: 0, maximum: MAX_COUNTER });
-export const VersionLabel = Type.String({ minLength: 1, maxLength: 80 });
-export const Description = Type.String({ maxLength: 1000 });
+export const VersionLabel = Type.String({ minLength: 1, maxLength: 80, pattern: SINGLE_LINE_PATTERN });
+export const Description = Type.String({ maxLength: 1000, pattern: MULTI_LINE_PATTERN });
+/** A name or title: one line of text, not blank (D21). */
+export function Name(maxLength: number, options: { description?: string } = {}) {
+  return Type.String({ minLength: 1, maxLength, pattern: NAME_PATTERN, ...options });
+}
 
 export const LIFECYCLE_STATUSES = ['draft', 'active', 'archived'] as const;
 export const LifecycleStatus = StringEnum(LIFECYCLE_STATUSES);
@@ -92,8 +115,12 @@ export const ProblemCode = StringEnum([
   'forbidden',
   'plan_required',
   'not_found',
+  'method_not_allowed',
+  'request_timeout',
+  'headers_too_large',
   'rate_limited',
   'internal',
+  'not_implemented',
   'unavailable',
 ] as const);
 export type ProblemCode = Static<typeof ProblemCode>;

@@ -2,7 +2,7 @@ import { type Static, Type } from '@sinclair/typebox';
 import { ENVIRONMENTS, KEY_ID_PATTERN } from '../auth/key-format.js';
 import { Scope } from '../auth/principal.js';
 import { ACCOUNT_ID_PATTERN } from '../catalog/accounts.js';
-import { DateTime, StringEnum } from './common.js';
+import { DateTime, Name, StringEnum } from './common.js';
 
 /** The identity area (D8): API keys, created and managed with a user access token. */
 
@@ -16,11 +16,8 @@ export const AccountId = Type.String({
   pattern: ACCOUNT_ID_PATTERN.source,
   description: 'account id',
 });
-export const ApiKeyName = Type.String({
-  minLength: 1,
-  maxLength: 100,
-  pattern: '\\S',
-  description: 'label of the key: 1-100 characters, not blank',
+export const ApiKeyName = Name(100, {
+  description: 'label of the key: 1-100 characters on one line, not blank, without control characters',
 });
 export const KeyEnvironment = StringEnum(ENVIRONMENTS, {
   description: 'the environment the key works in: test keys on test deployments, live keys on live ones',

@@ -99,6 +99,35 @@ describe('API key verification', () => {
     expect(wrongSecretCost).toBe(unknownCost);
   });
 
+  it('#11: takes as long to refuse an unknown key id as a wrong secret (medians of 3,000 each)', async () => {
+    const { key } = await identity.mintKey({ accountId: 'acme' });
+    const keyId = parseApiKey(key)!.keyId;
+    await identity.verifier.verify(key); // the known id is cached, as a key in use would be
+    const random = () => generateApiKey('test').secret.slice(0, 33);
+    const wrongSecret = composeApiKey('test', keyId, random());
+    const times = { unknown: [] as number[], wrong: [] as number[] };
+    const timed = async (presented: string) => {
+      const started = process.hrtime.bigint();
+      await identity.verifier.verify(presented).catch(() => undefined);
+      return Number(process.hrtime.bigint() - started);
+    };
+    // Interleaved, so that a machine that slows down meanwhile slows both alike; a fresh unknown id
+    // each time, as an attacker guessing ids would send.
+    for (let i = 0; i < 3200; i++) {
+      const unknown = composeApiKey('test', `Unknown${String(i).padStart(9, '0')}`, random());
+      const [first, second] = i % 2 === 0 ? [unknown, wrongSecret] : [wrongSecret, unknown];
+      const a = await timed(first);
+      const b = await timed(second);
+      if (i < 200) continue; // warm-up
+      times.unknown.push(first === unknown ? a : b);
+      times.wrong.push(first === unknown ? b : a);
+    }
+    const median = (values: number[]) => [...values].sort((x, y) => x - y)[Math.floor(values.length / 2)]!;
+    const ratio = median(times.unknown) / median(times.wrong);
+    expect(ratio, `medians ${median(times.unknown)} ns and ${median(times.wrong)} ns`).toBeGreaterThan(0.8);
+    expect(ratio, `medians ${median(times.unknown)} ns and ${median(times.wrong)} ns`).toBeLessThan(1.25);
+  }, 60_000);
+
   it('reads storage once for a busy key, and again only after the revalidation interval', async () => {
     const { key } = await identity.mintKey({ accountId: 'acme' });
     meter.reset();

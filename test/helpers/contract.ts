@@ -306,8 +306,12 @@ const PROBLEM_CODES = [
   'forbidden',
   'plan_required',
   'not_found',
+  'method_not_allowed',
+  'request_timeout',
+  'headers_too_large',
   'rate_limited',
   'internal',
+  'not_implemented',
   'unavailable',
 ];
 

@@ -109,7 +109,7 @@ export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetu
 /** The whole service over a test backend: reads, key management and rate limits. */
 export async function buildIdentityApp(
   backend: TestBackend,
-  identity: Identity,
+  identity: Identity & { readonly config?: Config },
   logger?: FastifyBaseLogger,
 ): Promise<FastifyInstance> {
   const reads = await readSide(backend.databases.reader, backend.content);
@@ -120,6 +120,7 @@ export async function buildIdentityApp(
     readiness: [],
     plugins: [identity.routes],
     ...(logger ? { logger } : {}),
+    ...(identity.config ? { timeouts: identity.config.timeouts } : {}),
   });
   app.addHook('onClose', async () => reads.close());
   await app.ready();

@@ -41,12 +41,21 @@ describe('errors and operations', () => {
       ['GET', '/v3/playbook/catalogs/svc'],
       ['GET', '/v3/playbook/catalogs/svc/handbook'],
       ['GET', '/v3/playbook/resources'],
-      ['POST', '/v3/playbook/catalogs'],
-      ['DELETE', '/v3/playbook/resources/0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b'],
     ] as const)('D2: %s %s is a 404 problem document', async (method, url) => {
       for (const credential of [{}, headers]) {
         const res = await app.inject({ method, url, headers: credential });
         expect(checkProblem(res, 404, 'not_found'), res.body).toEqual([]);
+      }
+    });
+
+    it.each([
+      ['POST', '/v3/playbook/catalogs'],
+      ['DELETE', '/v3/playbook/resources/0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b'],
+    ] as const)('D2: %s %s, a known path, is a 405 problem document with Allow', async (method, url) => {
+      for (const credential of [{}, headers]) {
+        const res = await app.inject({ method, url, headers: credential });
+        expect(checkProblem(res, 405, 'method_not_allowed'), res.body).toEqual([]);
+        expect(res.headers.allow).toBe('GET, HEAD');
       }
     });
 

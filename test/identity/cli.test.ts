@@ -81,7 +81,11 @@ describe('playbook token and playbook keys (D14)', () => {
 
   describe('playbook keys', () => {
     it("lists an account's keys, one per line, without secrets", async () => {
-      const first = await identity.mintKey({ accountId: 'listed', name: 'deploy\tbot' });
+      // Stored before D21 refused such names: the list shows them escaped, never acted upon.
+      const first = await identity.mintKey({
+        accountId: 'listed',
+        name: 'deploy\tbot\u001b[2J\u202egnp.exe',
+      });
       const second = await identity.mintKey({
         accountId: 'listed',
         scopes: ['playbook:read', 'playbook:write'],
@@ -93,7 +97,9 @@ describe('playbook token and playbook keys (D14)', () => {
       expect(lines[0]).toBe('id\tstatus\tenvironment\tscopes\tcreated\texpires\tlast used\tname');
       const rows = Object.fromEntries(lines.slice(1).map((line) => [line.split('\t')[0], line.split('\t')]));
       expect(rows[first.id]?.slice(1, 4)).toEqual(['active', 'test', 'playbook:read']);
-      expect(rows[first.id]?.[7]).toBe('deploy bot');
+      expect(rows[first.id]?.[7]).toBe('deploy\\u0009bot\\u001b[2J\\u202egnp.exe');
+      expect(result.stdout).not.toContain('\u001b');
+      expect(result.stdout).not.toContain('\u202e');
       expect(rows[second.id]?.slice(1, 4)).toEqual(['revoked', 'test', 'playbook:read,playbook:write']);
       expect(result.stdout).not.toContain(first.key);
       expect(result.stdout).not.toContain(first.key.split('_')[4]);

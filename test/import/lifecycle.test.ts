@@ -601,6 +601,21 @@ describe('D15 resource versions', () => {
     expect(problems[0]).toMatch(/^handbook\/resources\/a\.json: version: manifest, mediaType changed but/);
   });
 
+  it('D12, D21: a manifest key named __proto__ is data: stored, hashed, and a change inside it refused', async () => {
+    const withProto = (value: number) =>
+      `{"kind":"document","title":"Proto","version":"1.0.0","mediaType":"text/plain","content":"x",` +
+      `"manifest":{"__proto__":{"a":${value}},"b":1}}`;
+    await writeTree(dir, { 'proto/catalog.json': catalogJson(), 'proto/resources/p.json': withProto(1) });
+    await runImport(backend, dir, { at: T2 });
+    const stored = await resourceRow('proto', 'p');
+    expect(stored.manifest).toBe('{"__proto__":{"a":1},"b":1}');
+    await writeTree(dir, { 'proto/resources/p.json': withProto(2) });
+    const problems = await expectRefused(runImport(backend, dir, { at: T3 }));
+    expect(problems).toEqual([
+      expect.stringMatching(/^proto\/resources\/p\.json: version: manifest changed but/),
+    ]);
+  });
+
   it('refuses a new label equal to an earlier version label of the same resource', async () => {
     await writeTree(dir, {
       'handbook/catalog.json': catalogJson({ version: '1.1.0' }),

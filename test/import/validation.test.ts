@@ -171,6 +171,26 @@ describe('D15 validation: one line per problem, naming file and field', () => {
     ]);
   });
 
+  it('#10 and D20: refuses content over PLAYBOOK_MAX_CONTENT_BYTES, inline or in a file, before reading a large file', async () => {
+    await writeTree(dir, {
+      'handbook/catalog.json': catalogJson(),
+      'handbook/resources/exact.json': resourceJson({ content: 'e'.repeat(1000) }),
+      'handbook/resources/inline.json': resourceJson({ content: 'i'.repeat(1001) }),
+      'handbook/resources/file.json': resourceJson({ content: undefined, contentFile: 'files/big.md' }),
+      'handbook/resources/files/big.md': 'b'.repeat(4000),
+      'handbook/resources/multibyte.json': resourceJson({ content: 'é'.repeat(501) }),
+    });
+    const problems = await problemsOf({ maxContentBytes: 1000 });
+    expect(problems).toEqual([
+      'handbook/resources/file.json: contentFile: content is 4000 bytes; at most 1000 are accepted (PLAYBOOK_MAX_CONTENT_BYTES)',
+      'handbook/resources/inline.json: content: content is 1001 bytes; at most 1000 are accepted (PLAYBOOK_MAX_CONTENT_BYTES)',
+      'handbook/resources/multibyte.json: content: content is 1002 bytes; at most 1000 are accepted (PLAYBOOK_MAX_CONTENT_BYTES)',
+    ]);
+    expect((await runImport(backend, dir, { at: T1, maxContentBytes: 4000 })).counts.resourcesCreated).toBe(
+      4,
+    );
+  });
+
   it('reports a tree that is not a folder', async () => {
     const file = path.join(dir, 'file.txt');
     await fs.writeFile(file, 'x');

@@ -16,6 +16,8 @@ describe('configuration (D13)', () => {
     expect(config.rateLimit).toEqual({ max: 1200, windowMs: 60000, authFailureMax: 100 });
     expect(config.logLevel).toBe('info');
     expect(config.trustProxy).toBe(false);
+    expect(config.timeouts).toEqual({ requestMs: 30_000, keepAliveMs: 72_000 });
+    expect(config.answerCacheBytes).toBe(64 * 1024 * 1024);
   });
 
   it('reads every variable it documents', () => {
@@ -38,6 +40,9 @@ describe('configuration (D13)', () => {
       PLAYBOOK_RATE_LIMIT_WINDOW_MS: '1000',
       PLAYBOOK_AUTH_FAILURE_MAX: '3',
       PLAYBOOK_TRUST_PROXY: '10.0.0.0/8,127.0.0.1',
+      PLAYBOOK_REQUEST_TIMEOUT_MS: '5000',
+      PLAYBOOK_KEEP_ALIVE_TIMEOUT_MS: '65000',
+      PLAYBOOK_ANSWER_CACHE_BYTES: '0',
       LOG_LEVEL: 'warn',
     });
     expect(config.port).toBe(9090);
@@ -64,6 +69,8 @@ describe('configuration (D13)', () => {
     });
     expect(config.rateLimit).toEqual({ max: 50, windowMs: 1000, authFailureMax: 3 });
     expect(config.trustProxy).toEqual(['10.0.0.0/8', '127.0.0.1']);
+    expect(config.timeouts).toEqual({ requestMs: 5000, keepAliveMs: 65000 });
+    expect(config.answerCacheBytes).toBe(0);
     expect(config.logLevel).toBe('warn');
   });
 

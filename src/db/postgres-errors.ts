@@ -1,0 +1,75 @@
+import type { Pool, PoolClient } from 'pg';
+import { UnavailableError } from '../errors.js';
+
+/**
+ * SQLSTATE classes that mean the database is out of reach or overloaded rather than that the
+ * statement is wrong: connection exceptions (08), insufficient resources (53, too many connections
+ * among them), operator intervention (57P: shutdown, restart), and 57014, a statement cancelled by
+ * `statement_timeout` because the server did not finish in time.
+ */
+function isOutageCode(code: string): boolean {
+  return code.startsWith('08') || code.startsWith('53') || code.startsWith('57P') || code === '57014';
+}
+
+/** Node's own codes for a peer that cannot be reached. */
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'EAI_AGAIN',
+]);
+
+/**
+ * What a failure of `pg` means, told by its class and code, never by its message:
+ * - an error the server answered (a `DatabaseError`, with a SQLSTATE and a severity) is an outage
+ *   only in the classes above; any other (a constraint, a serialization failure a caller retries)
+ *   stays as it is;
+ * - an error of Node's network is an outage;
+ * - any other error `pg` raises itself while connecting or waiting (its pool's checkout timeout, its
+ *   read timeout, a connection that ended) is an outage too, save the programming errors
+ *   (`TypeError`, `RangeError`), which must show as the bugs they are.
+ */
+export function translatePostgresError(error: unknown): unknown {
+  if (!(error instanceof Error) || error instanceof UnavailableError) return error;
+  const { code, severity } = error as { code?: unknown; severity?: unknown };
+  const answeredByServer = typeof severity === 'string' && typeof code === 'string';
+  const outage = answeredByServer
+    ? isOutageCode(code)
+    : (typeof code === 'string' && NETWORK_CODES.has(code)) ||
+      !(error instanceof TypeError || error instanceof RangeError);
+  return outage ? new UnavailableError('the database did not answer', { cause: error }) : error;
+}
+
+/**
+ * The pool as Kysely uses it (`connect`, then `query` and `release` on the client, and `end`), with
+ * every failure translated where it happens, so that the HTTP edge maps domain errors only.
+ */
+export function translatingPool(pool: Pool): Pool {
+  const translate = <T>(work: Promise<T>): Promise<T> =>
+    work.catch((error: unknown) => {
+      throw translatePostgresError(error);
+    });
+  const connect = async (): Promise<PoolClient> => {
+    const client = await translate(pool.connect());
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+    return new Proxy(client, {
+      get(target, property, receiver) {
+        if (property !== 'query') return Reflect.get(target, property, receiver);
+        return (...args: unknown[]) => {
+          const result = query(...args);
+          // A cursor (streamed rows) is returned as it is; a promise of rows is translated.
+          return result instanceof Promise ? translate(result) : result;
+        };
+      },
+    });
+  };
+  return new Proxy(pool, {
+    get(target, property, receiver) {
+      if (property === 'connect') return connect;
+      return Reflect.get(target, property, receiver);
+    },
+  });
+}
