@@ -28,6 +28,8 @@ const EnvSchema = Type.Object({
   PLAYBOOK_JWT_AUDIENCE: Type.Optional(Type.String({ minLength: 1 })),
   PLAYBOOK_JWT_ACCOUNTS_CLAIM: Type.String({ minLength: 1, default: 'accounts' }),
   PLAYBOOK_JWT_CLOCK_TOLERANCE_S: Type.Integer({ minimum: 0, maximum: 3600, default: 0 }),
+  PLAYBOOK_JWT_MAX_TTL_S: Type.Integer({ minimum: 60, maximum: 31_536_000, default: 86_400 }),
+  PLAYBOOK_MAX_KEYS_PER_ACCOUNT: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 100 }),
   PLAYBOOK_RATE_LIMIT_MAX: Type.Integer({ minimum: 1, maximum: 1_000_000_000, default: 1200 }),
   PLAYBOOK_RATE_LIMIT_WINDOW_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 60000 }),
   PLAYBOOK_AUTH_FAILURE_MAX: Type.Integer({ minimum: 1, maximum: 1_000_000_000, default: 100 }),
@@ -77,7 +79,11 @@ export interface Config {
     readonly audience?: string;
     readonly accountsClaim: string;
     readonly clockToleranceS: number;
+    /** D20: the furthest a token's `exp` may be from now (`PLAYBOOK_JWT_MAX_TTL_S`). */
+    readonly maxTtlS: number;
   };
+  /** D20: active API keys one account may hold (`PLAYBOOK_MAX_KEYS_PER_ACCOUNT`). */
+  readonly maxKeysPerAccount: number;
   readonly rateLimit: { readonly max: number; readonly windowMs: number; readonly authFailureMax: number };
   /** D20: how long a request may take to arrive, and an idle keep-alive connection may stay open. */
   readonly timeouts: { readonly requestMs: number; readonly keepAliveMs: number };
@@ -175,6 +181,7 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
   const jwt = {
     accountsClaim: env.PLAYBOOK_JWT_ACCOUNTS_CLAIM,
     clockToleranceS: env.PLAYBOOK_JWT_CLOCK_TOLERANCE_S,
+    maxTtlS: env.PLAYBOOK_JWT_MAX_TTL_S,
     ...(env.PLAYBOOK_JWKS_URL === undefined ? {} : { jwksUrl: env.PLAYBOOK_JWKS_URL }),
     ...(env.PLAYBOOK_JWT_ISSUER === undefined ? {} : { issuer: env.PLAYBOOK_JWT_ISSUER }),
     ...(env.PLAYBOOK_JWT_AUDIENCE === undefined ? {} : { audience: env.PLAYBOOK_JWT_AUDIENCE }),
@@ -195,6 +202,7 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     },
     timeouts: { requestMs: env.PLAYBOOK_REQUEST_TIMEOUT_MS, keepAliveMs: env.PLAYBOOK_KEEP_ALIVE_TIMEOUT_MS },
     maxContentBytes: env.PLAYBOOK_MAX_CONTENT_BYTES,
+    maxKeysPerAccount: env.PLAYBOOK_MAX_KEYS_PER_ACCOUNT,
     answerCacheBytes: env.PLAYBOOK_ANSWER_CACHE_BYTES,
     logLevel: env.LOG_LEVEL,
     trustProxy: parseTrustProxy(env.PLAYBOOK_TRUST_PROXY),

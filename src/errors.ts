@@ -24,6 +24,11 @@ export class InputError extends Error {
   }
 }
 
+/** A valid request that would take an account past a limit of the deployment (D20). */
+export class LimitError extends Error {
+  override name = 'LimitError';
+}
+
 /** No credential, or one that is malformed, unknown, expired, revoked or of the other environment. */
 export class AuthenticationError extends Error {
   override name = 'AuthenticationError';

@@ -40,6 +40,8 @@ export interface VerifiedToken {
 
 export interface AccessTokenVerifierOptions extends TokenClaimsConfig {
   readonly clockToleranceS: number;
+  /** D20: a token whose `exp` is further than this from now is refused, however well signed. */
+  readonly maxTtlS: number;
   readonly now?: () => number;
 }
 
@@ -94,6 +96,13 @@ export class AccessTokenVerifier {
       }));
     } catch (error) {
       throw this.refusal(error);
+    }
+    // jose has checked that `exp` is a number in the future.
+    const now = Math.floor((this.options.now?.() ?? Date.now()) / 1000);
+    if ((payload.exp as number) - now > this.options.maxTtlS) {
+      throw new AuthenticationError(
+        `the access token expires more than ${this.options.maxTtlS} seconds from now; this service accepts none that live longer`,
+      );
     }
     const subject = payload.sub;
     if (typeof subject !== 'string' || subject.length === 0 || subject.length > 256) {

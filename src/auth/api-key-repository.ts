@@ -12,15 +12,6 @@ export async function insertApiKey(db: Db, row: NewApiKey): Promise<void> {
   await db.insertInto('api_keys').values(row).execute();
 }
 
-/** Creates the account with the default plan when it does not exist yet; leaves an existing one alone. */
-export async function ensureAccount(db: Db, accountId: string, now: string): Promise<void> {
-  await db
-    .insertInto('accounts')
-    .values({ id: accountId, name: null, plan: 'free', created_at: now, updated_at: now })
-    .onConflict((conflict) => conflict.column('id').doNothing())
-    .execute();
-}
-
 export async function findApiKey(db: Db, keyId: string): Promise<ApiKeyRow | undefined> {
   return db.selectFrom('api_keys').selectAll().where('id', '=', keyId).executeTakeFirst();
 }
@@ -45,6 +36,18 @@ export async function listApiKeys(db: Db, accountId: string): Promise<ApiKeyRow[
     .orderBy('created_at')
     .orderBy('id')
     .execute();
+}
+
+/** Keys of an account that still work at `now`: not revoked, not expired. */
+export async function countActiveApiKeys(db: Db, accountId: string, now: string): Promise<number> {
+  const row = await db
+    .selectFrom('api_keys')
+    .select((eb) => eb.fn.countAll<number | string>().as('count'))
+    .where('account_id', '=', accountId)
+    .where('revoked_at', 'is', null)
+    .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+    .executeTakeFirstOrThrow();
+  return Number(row.count);
 }
 
 /** Marks a key revoked; returns false when it already was (or does not exist). */

@@ -1,10 +1,10 @@
+import { createAccountIfAbsent, lockAccount } from '../accounts/accounts.js';
 import type { Broadcast } from '../broadcast.js';
 import type { ApiKeyRow, Db } from '../db/tables.js';
-import { ForbiddenError, InputError, NotFoundError } from '../errors.js';
-import type { ApiKey, CreateApiKeyBody, CreatedApiKey } from '../schemas/identity.js';
+import { ForbiddenError, InputError, LimitError, NotFoundError } from '../errors.js';
+import type { ApiKey, CreateApiKeyBody, CreatedApiKey, Environment, Scope } from '../schemas/identity.js';
 import * as repo from './api-key-repository.js';
-import { type Environment, generateApiKey } from './key-format.js';
-import type { Scope } from './principal.js';
+import { generateApiKey } from './key-format.js';
 import type { SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 
@@ -18,6 +18,8 @@ export type RevokeOutcome = 'revoked' | 'already-revoked' | 'not-found';
 
 export interface ApiKeyServiceOptions {
   readonly environment: Environment;
+  /** D20: keys an account may hold that are neither revoked nor expired. */
+  readonly maxKeysPerAccount: number;
   readonly hasher: SecretHasher;
   readonly revocations: Broadcast;
   /** Uses not yet written, so that a list shows them before the next flush. */
@@ -87,7 +89,15 @@ export class ApiKeyService {
       last_used_at: null,
     };
     await this.db.transaction().execute(async (trx) => {
-      await repo.ensureAccount(trx, input.accountId, createdAt);
+      await createAccountIfAbsent(trx, input.accountId, createdAt);
+      // Serialises key creation per account, so that two at once cannot both pass the count.
+      await lockAccount(trx, input.accountId);
+      const active = await repo.countActiveApiKeys(trx, input.accountId, createdAt);
+      if (active >= this.options.maxKeysPerAccount) {
+        throw new LimitError(
+          `account ${input.accountId} already holds ${active} active API keys, the most this service allows; revoke one first`,
+        );
+      }
       await repo.insertApiKey(trx, row);
     });
     return { ...toApiKey(row), key };

@@ -1,9 +1,9 @@
 import { LRUCache } from 'lru-cache';
 import type { Broadcast } from '../broadcast.js';
 import { AuthenticationError } from '../errors.js';
+import type { Environment, Scope } from '../schemas/identity.js';
 import type { ApiKeyWithPlan } from './api-key-repository.js';
-import { type Environment, parseApiKey } from './key-format.js';
-import type { Scope } from './principal.js';
+import { parseApiKey } from './key-format.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 

@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AuthenticationError, ForbiddenError } from '../errors.js';
-import type { Principal, Scope } from './principal.js';
+import type { Scope } from '../schemas/identity.js';
+import type { Principal } from './principal.js';
 import type { AccessLimiter } from './rate-limits.js';
 
 /** Which credentials a route takes: the reads take either; key management only an access token (D8). */

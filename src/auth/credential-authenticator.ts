@@ -1,10 +1,12 @@
 import type { FastifyRequest } from 'fastify';
+import type { AccountPlans } from '../accounts/account-plans.js';
+import { DEFAULT_PLAN } from '../accounts/accounts.js';
 import { AuthenticationError, ForbiddenError, InputError } from '../errors.js';
+import type { Scope } from '../schemas/identity.js';
 import type { AccessTokenVerifier } from './access-tokens.js';
-import type { AccountPlans } from './account-plans.js';
 import type { ApiKeyVerifier } from './api-key-verifier.js';
 import type { Authenticator, CredentialPolicy } from './authenticator.js';
-import { DEFAULT_PLAN, type Principal, type Scope } from './principal.js';
+import type { Principal } from './principal.js';
 
 /** What an access token may do on the reads (D7): read, nothing else. */
 const TOKEN_SCOPES: ReadonlySet<Scope> = new Set<Scope>(['playbook:read']);

@@ -10,6 +10,7 @@ import {
   type JWK,
   SignJWT,
 } from 'jose';
+import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../private-files.js';
 
 /** The only algorithm of the embedded signer: asymmetric, so the verifier never holds a signing secret. */
 export const DEV_ALGORITHM = 'ES256';
@@ -63,9 +64,9 @@ async function createKeyFile(file: string): Promise<void> {
   const jwk = await exportJWK(privateKey);
   const kid = await calculateJwkThumbprint({ kty: jwk.kty, crv: jwk.crv, x: jwk.x, y: jwk.y } as JWK);
   const text = `${JSON.stringify({ ...jwk, kid, alg: DEV_ALGORITHM, use: 'sig' }, null, 2)}\n`;
-  await fs.mkdir(path.dirname(file), { recursive: true });
+  await fs.mkdir(path.dirname(file), { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
   const temporary = `${file}.${randomBytes(6).toString('hex')}.tmp`;
-  await fs.writeFile(temporary, text, { mode: 0o600, flag: 'wx' });
+  await fs.writeFile(temporary, text, { mode: PRIVATE_FILE_MODE, flag: 'wx' });
   try {
     await fs.link(temporary, file);
   } catch (error) {

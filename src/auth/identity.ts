@@ -1,11 +1,11 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { RemoteJWKSetOptions } from 'jose';
+import { AccountPlans } from '../accounts/account-plans.js';
 import { type Broadcast, InProcessBroadcast } from '../broadcast.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/tables.js';
 import { identityRoutes } from '../routes/identity.js';
 import { AccessTokenVerifier } from './access-tokens.js';
-import { AccountPlans } from './account-plans.js';
 import { findApiKeyWithPlan } from './api-key-repository.js';
 import { ApiKeyService } from './api-key-service.js';
 import { type ApiKeyLookup, ApiKeyVerifier } from './api-key-verifier.js';
@@ -71,6 +71,7 @@ export function createIdentity(
   const claims = {
     accountsClaim: config.jwt.accountsClaim,
     clockToleranceS: config.jwt.clockToleranceS,
+    maxTtlS: config.jwt.maxTtlS,
     ...(config.jwt.issuer === undefined ? {} : { issuer: config.jwt.issuer }),
     ...(config.jwt.audience === undefined ? {} : { audience: config.jwt.audience }),
     ...(options.now ? { now } : {}),
@@ -81,7 +82,14 @@ export function createIdentity(
     : AccessTokenVerifier.remote(config.jwt.jwksUrl!, claims, options.jwks);
   const rateLimits = new RateLimits(config.rateLimit, options.rateCounter ?? new MemoryRateCounter(now));
   const authenticator = new CredentialAuthenticator(verifier, tokens, new AccountPlans(db, now));
-  const keys = new ApiKeyService(db, { environment: config.environment, hasher, revocations, usage, now });
+  const keys = new ApiKeyService(db, {
+    environment: config.environment,
+    maxKeysPerAccount: config.maxKeysPerAccount,
+    hasher,
+    revocations,
+    usage,
+    now,
+  });
 
   return {
     authenticator,

@@ -1,5 +1,6 @@
 import { randomInt } from 'node:crypto';
 import { crc32 } from 'node:zlib';
+import type { Environment } from '../schemas/identity.js';
 
 /**
  * The API key string of D8: `svc_sk_<environment>_<keyId>_<secret>`.
@@ -10,16 +11,10 @@ import { crc32 } from 'node:zlib';
  *   without touching storage, and lets a secret scanner tell a real key from a look-alike.
  */
 
-export const ENVIRONMENTS = ['test', 'live'] as const;
-export type Environment = (typeof ENVIRONMENTS)[number];
-
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 const KEY_ID_LENGTH = 16;
 const SECRET_RANDOM_LENGTH = 33;
 const CHECKSUM_LENGTH = 6;
-
-/** Key ids as D8 bounds them; what the service mints is 16 characters long. */
-export const KEY_ID_PATTERN = '^[A-Za-z0-9]{12,32}$';
 
 /**
  * One anchored pattern for the whole string. The secret is at least 32 characters (D8), its last six

@@ -1,12 +1,4 @@
-import type { Static } from '@sinclair/typebox';
-import { StringEnum } from '../schemas/common.js';
-
-export const SCOPES = ['playbook:read', 'playbook:write'] as const;
-export const Scope = StringEnum(SCOPES);
-export type Scope = Static<typeof Scope>;
-
-/** The plan of a caller that acts for no account (D6). */
-export const DEFAULT_PLAN = 'free';
+import type { Scope } from '../schemas/identity.js';
 
 export type Credential =
   | { readonly kind: 'api-key'; readonly keyId: string }

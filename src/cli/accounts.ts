@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { setAccount } from '../catalog/accounts.js';
+import { setAccount } from '../accounts/accounts.js';
 import { SLUG_REGEX } from '../schemas/common.js';
 import { type CliContext, CommandError } from './context.js';
 

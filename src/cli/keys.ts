@@ -1,7 +1,6 @@
 import type { Command } from 'commander';
-import { KEY_ID_PATTERN } from '../auth/key-format.js';
-import { ACCOUNT_ID_PATTERN } from '../catalog/accounts.js';
 import type { ApiKey } from '../schemas/identity.js';
+import { ACCOUNT_ID_PATTERN, KEY_ID_PATTERN } from '../schemas/identity.js';
 import { type CliContext, CommandError } from './context.js';
 import { printable } from './printable.js';
 

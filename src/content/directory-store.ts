@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../private-files.js';
 import { ContentNotFoundError, type ContentStore } from './content-store.js';
 
 /**
@@ -21,9 +22,9 @@ export class DirectoryContentStore implements ContentStore {
   async put(hash: string, content: string): Promise<void> {
     const target = this.pathOf(hash);
     if (await exists(target)) return;
-    await fs.mkdir(path.dirname(target), { recursive: true });
+    await fs.mkdir(path.dirname(target), { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
     const temporary = `${target}.${randomBytes(6).toString('hex')}.tmp`;
-    const handle = await fs.open(temporary, 'wx');
+    const handle = await fs.open(temporary, 'wx', PRIVATE_FILE_MODE);
     try {
       await handle.writeFile(content, 'utf8');
       await handle.sync();
@@ -43,7 +44,7 @@ export class DirectoryContentStore implements ContentStore {
   }
 
   async check(): Promise<void> {
-    await fs.mkdir(this.root, { recursive: true });
+    await fs.mkdir(this.root, { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
     await fs.access(this.root, fs.constants.R_OK | fs.constants.W_OK);
   }
 }

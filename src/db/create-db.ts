@@ -5,6 +5,7 @@ import { Kysely, type SqliteDatabase as KyselySqliteDatabase, PostgresDialect, S
 import { LRUCache } from 'lru-cache';
 import type { Pool } from 'pg';
 import type { DatabaseConfig } from '../config.js';
+import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../private-files.js';
 import { translatingPool } from './postgres-errors.js';
 import type { Database, Db, Dialect } from './tables.js';
 
@@ -18,7 +19,11 @@ export interface Databases {
 }
 
 function openSqlite(file: string): Db {
-  if (file !== ':memory:') fs.mkdirSync(path.dirname(file), { recursive: true });
+  if (file !== ':memory:') {
+    fs.mkdirSync(path.dirname(file), { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
+    // Created here rather than by SQLite, which would use 0644; its -wal and -shm files copy this mode.
+    fs.closeSync(fs.openSync(file, 'a', PRIVATE_FILE_MODE));
+  }
   const connection = new SqliteDatabase(file);
   connection.pragma('journal_mode = WAL');
   // FULL: a committed import survives a power cut, not only a crash of the process.

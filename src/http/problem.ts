@@ -8,6 +8,7 @@ import {
   InputError,
   type InputLocation,
   type InputProblem,
+  LimitError,
   MethodNotAllowedError,
   NotFoundError,
   RateLimitError,
@@ -18,6 +19,7 @@ import { withQueryProblems } from './query.js';
 
 const TITLES: Record<ProblemCode, string> = {
   invalid_request: 'Invalid request',
+  limit_reached: 'Limit reached',
   unauthenticated: 'Unauthenticated',
   forbidden: 'Forbidden',
   plan_required: 'Plan required',
@@ -129,6 +131,7 @@ function classify(error: FastifyError | Error): {
     const errors = fastifyError.validation.map((e) => toInputProblem(location, e as unknown as AjvError));
     return { status: 400, code: 'invalid_request', detail: 'The request is invalid.', errors };
   }
+  if (error instanceof LimitError) return { status: 400, code: 'limit_reached', detail: error.message };
   if (error instanceof AuthenticationError)
     return { status: 401, code: 'unauthenticated', detail: error.message };
   if (error instanceof ForbiddenError) return { status: 403, code: error.reason, detail: error.message };

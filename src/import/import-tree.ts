@@ -1,7 +1,7 @@
-import { ACCOUNT_ID_PATTERN } from '../catalog/accounts.js';
 import { type DataGeneration, readDataGeneration } from '../catalog/data-generation.js';
 import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';
+import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import { ImportValidationError } from './import-error.js';
 import { type ImportReport, summarize } from './import-report.js';
 import { type ImportOwner, loadNamespaceState } from './namespace-state.js';

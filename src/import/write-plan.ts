@@ -1,4 +1,4 @@
-import { createAccountIfAbsent } from '../catalog/accounts.js';
+import { createAccountIfAbsent } from '../accounts/accounts.js';
 import { advanceDataGeneration } from '../catalog/data-generation.js';
 import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';

@@ -111,6 +111,7 @@ export function Page<T extends TSchema>(item: T) {
 
 export const ProblemCode = StringEnum([
   'invalid_request',
+  'limit_reached',
   'unauthenticated',
   'forbidden',
   'plan_required',

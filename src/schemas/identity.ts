@@ -1,10 +1,21 @@
 import { type Static, Type } from '@sinclair/typebox';
-import { ENVIRONMENTS, KEY_ID_PATTERN } from '../auth/key-format.js';
-import { Scope } from '../auth/principal.js';
-import { ACCOUNT_ID_PATTERN } from '../catalog/accounts.js';
 import { DateTime, Name, StringEnum } from './common.js';
 
 /** The identity area (D8): API keys, created and managed with a user access token. */
+
+/** The deployments a key works in (D8): test keys on test deployments, live keys on live ones. */
+export const ENVIRONMENTS = ['test', 'live'] as const;
+export type Environment = (typeof ENVIRONMENTS)[number];
+
+/** Key ids as D8 bounds them; what the service mints is 16 characters long. */
+export const KEY_ID_PATTERN = '^[A-Za-z0-9]{12,32}$';
+
+/** Account ids are opaque to the service but must be printable and bounded. */
+export const ACCOUNT_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+export const SCOPES = ['playbook:read', 'playbook:write'] as const;
+export const Scope = StringEnum(SCOPES);
+export type Scope = Static<typeof Scope>;
 
 export const ApiKeyId = Type.String({
   pattern: KEY_ID_PATTERN,

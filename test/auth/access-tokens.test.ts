@@ -174,6 +174,26 @@ describe('access tokens (D9)', () => {
       expect(await expect401(bearer(token))).toBe("the access token's exp claim is not accepted");
     });
 
+    it('living longer than PLAYBOOK_JWT_MAX_TTL_S, however well signed (D20)', async () => {
+      // Default 86400: a day is accepted to the second, a second more is not.
+      const day = await identity.mintToken({ accounts: ['acme'], ttlSeconds: 86_400 });
+      expect((await app.inject({ url: CATALOGS, headers: bearer(day) })).statusCode).toBe(200);
+      const longer = await identity.mintToken({ accounts: ['acme'], ttlSeconds: 86_400 + 60 });
+      expect(await expect401(bearer(longer))).toBe(
+        'the access token expires more than 86400 seconds from now; this service accepts none that live longer',
+      );
+      const short = await serviceWith({ PLAYBOOK_JWT_MAX_TTL_S: '600' });
+      const hour = await identity.mintToken({ accounts: ['acme'], ttlSeconds: 3600 });
+      expect((await app.inject({ url: CATALOGS, headers: bearer(hour) })).statusCode).toBe(200);
+      const refused = await short.app.inject({ url: CATALOGS, headers: bearer(hour) });
+      expect(refused.statusCode).toBe(401);
+      expect(refused.json().code).toBe('unauthenticated');
+      // The bound is on what is left: a long token issued long ago is fine once close to its end.
+      const issuedAt = Math.floor(Date.now() / 1000) - 3300;
+      const old = await identity.mintToken({ accounts: ['acme'], issuedAt, ttlSeconds: 3600 });
+      expect((await short.app.inject({ url: CATALOGS, headers: bearer(old) })).statusCode).toBe(200);
+    });
+
     it('an accounts claim that is not a list of account ids', async () => {
       // Pointing the claim name at `iss`, a string, makes the dev signer sign a claim that is not a list.
       const odd = await serviceWith({ PLAYBOOK_JWT_ACCOUNTS_CLAIM: 'iss' });

@@ -153,6 +153,56 @@ describe('rate limits (D10)', () => {
     expect((await app.inject({ url: CATALOGS, headers: bad, remoteAddress: address })).statusCode).toBe(401);
   });
 
+  describe('the client address behind a proxy (PLAYBOOK_TRUST_PROXY)', () => {
+    /** Failed attempts from the proxy at 127.0.0.1 until one is refused 429; how many got through. */
+    async function failuresBefore429(setting: string, forwardedFor: (attempt: number) => string) {
+      const proxied = createTestIdentity(backend, {
+        env: { PLAYBOOK_TRUST_PROXY: setting, PLAYBOOK_AUTH_FAILURE_MAX: '2' },
+        options: { now: () => clock },
+      });
+      const proxiedApp = await buildIdentityApp(backend, proxied);
+      try {
+        for (let attempt = 0; attempt < 6; attempt++) {
+          const response = await proxiedApp.inject({
+            url: CATALOGS,
+            headers: { 'x-api-key': 'svc_sk_test_nope', 'x-forwarded-for': forwardedFor(attempt) },
+            remoteAddress: '127.0.0.1',
+          });
+          if (response.statusCode === 429) return attempt;
+          expect(response.statusCode).toBe(401);
+        }
+        return Number.POSITIVE_INFINITY;
+      } finally {
+        await proxiedApp.close();
+        await proxied.close();
+      }
+    }
+    // The client writes the leftmost entries itself; the proxy appends the address it saw.
+    const spoofing = (attempt: number) => `198.51.100.${attempt}, 203.0.113.7`;
+
+    it('with the proxy addresses, the rightmost untrusted entry counts: a spoofed leftmost changes nothing', async () => {
+      nextWindow();
+      expect(await failuresBefore429('127.0.0.1', spoofing)).toBe(2);
+    });
+
+    it('with a hop count, the entry that many hops from the right counts', async () => {
+      nextWindow();
+      expect(await failuresBefore429('1', spoofing)).toBe(2);
+    });
+
+    it('with true, the leftmost entry counts, so a client that writes its own escapes the limit', async () => {
+      nextWindow();
+      // What the README warns of: only for a proxy that replaces the header.
+      expect(await failuresBefore429('true', spoofing)).toBe(Number.POSITIVE_INFINITY);
+      expect(await failuresBefore429('true', () => '203.0.113.7')).toBe(2);
+    });
+
+    it('without it, every client behind the proxy is the proxy', async () => {
+      nextWindow();
+      expect(await failuresBefore429('false', (attempt) => `198.51.100.${attempt}`)).toBe(2);
+    });
+  });
+
   it('counts missing credentials and tokens refused on key management as failures too', async () => {
     nextWindow();
     const address = '10.0.4.1';

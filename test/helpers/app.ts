@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
-import type { Scope } from '../../src/auth/principal.js';
+import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from './backend.js';
 import { createTestIdentity, type TestIdentity } from './credentials.js';
 import { readSide } from './read-side.js';

@@ -1,10 +1,10 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import pino from 'pino';
+import { setAccount } from '../../src/accounts/accounts.js';
 import { buildApp } from '../../src/app.js';
 import { createIdentity, type Identity, type IdentityOptions } from '../../src/auth/identity.js';
-import type { Scope } from '../../src/auth/principal.js';
-import { setAccount } from '../../src/catalog/accounts.js';
 import { type Config, loadConfig } from '../../src/config.js';
+import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from './backend.js';
 import { readSide } from './read-side.js';
 
@@ -120,7 +120,9 @@ export async function buildIdentityApp(
     readiness: [],
     plugins: [identity.routes],
     ...(logger ? { logger } : {}),
-    ...(identity.config ? { timeouts: identity.config.timeouts } : {}),
+    ...(identity.config
+      ? { timeouts: identity.config.timeouts, trustProxy: identity.config.trustProxy }
+      : {}),
   });
   app.addHook('onClose', async () => reads.close());
   await app.ready();

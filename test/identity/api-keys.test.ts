@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LimitError } from '../../src/errors.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
@@ -71,6 +72,75 @@ describe('key management (contract §4.5; D8)', () => {
         { id: 'acme', plan: 'pro' },
         { id: 'newco', plan: 'free' },
       ]);
+    });
+
+    it('400 limit_reached past PLAYBOOK_MAX_KEYS_PER_ACCOUNT active keys; revoked and expired ones do not count (D20)', async () => {
+      const capped = createTestIdentity(backend, { env: { PLAYBOOK_MAX_KEYS_PER_ACCOUNT: '3' } });
+      const cappedApp = await buildIdentityApp(backend, capped);
+      try {
+        const headers = await capped.tokenHeaders({ user: 'ada', accounts: ['capped', 'other'] });
+        const make = (body: Record<string, unknown> = {}) =>
+          cappedApp.inject({
+            method: 'POST',
+            url: KEYS,
+            headers,
+            payload: { name: 'k', accountId: 'capped', scopes: ['playbook:read'], ...body },
+          });
+        const first = await make();
+        expect(first.statusCode).toBe(201);
+        // A key that has expired no longer counts: stored directly, as time passing would leave it.
+        await backend.databases.primary
+          .updateTable('api_keys')
+          .set({ expires_at: '2000-01-01T00:00:00.000Z' })
+          .where('id', '=', first.json().id)
+          .execute();
+        const kept = [];
+        for (let i = 0; i < 3; i++) {
+          const made = await make({ expiresAt: '2099-01-01T00:00:00Z' });
+          expect(made.statusCode).toBe(201);
+          kept.push(made.json().id as string);
+        }
+        const refused = await make();
+        expect(refused.statusCode).toBe(400);
+        expect(refused.headers['content-type']).toMatch(/^application\/problem\+json/);
+        expect(refused.json()).toMatchObject({
+          status: 400,
+          code: 'limit_reached',
+          detail:
+            'account capped already holds 3 active API keys, the most this service allows; revoke one first',
+        });
+        // Another account has its own allowance, and nothing was written for the refused request.
+        expect((await make({ accountId: 'other' })).statusCode).toBe(201);
+        const list = await cappedApp.inject({ url: `${KEYS}?accountId=capped`, headers });
+        expect(list.json().data).toHaveLength(4);
+        // Revoking one makes room for exactly one.
+        const revoked = await cappedApp.inject({ method: 'DELETE', url: `${KEYS}/${kept[0]}`, headers });
+        expect(revoked.statusCode).toBe(204);
+        expect((await make()).statusCode).toBe(201);
+        expect((await make()).statusCode).toBe(400);
+      } finally {
+        await cappedApp.close();
+        await capped.close();
+      }
+    });
+
+    it('counts keys made at the same moment one at a time: the cap is never overshot (D20)', async () => {
+      const capped = createTestIdentity(backend, { env: { PLAYBOOK_MAX_KEYS_PER_ACCOUNT: '5' } });
+      try {
+        const user = { subject: 'ada', accounts: ['racing'] };
+        const outcomes = await Promise.allSettled(
+          Array.from({ length: 12 }, (_, i) =>
+            capped.keys.createFor(user, { name: `k${i}`, accountId: 'racing', scopes: ['playbook:read'] }),
+          ),
+        );
+        expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(5);
+        for (const outcome of outcomes.filter((o) => o.status === 'rejected')) {
+          expect((outcome as PromiseRejectedResult).reason).toBeInstanceOf(LimitError);
+        }
+        expect(await capped.keys.list('racing')).toHaveLength(5);
+      } finally {
+        await capped.close();
+      }
     });
 
     it('403: an account the user may not act for', async () => {

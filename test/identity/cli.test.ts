@@ -54,6 +54,15 @@ describe('playbook token and playbook keys (D14)', () => {
       expect(short.exp! - short.iat!).toBe(90);
       const usual = decodeJwt((await run(['token', '--user', 'ada', '--account', 'acme'])).stdout);
       expect(usual.exp! - usual.iat!).toBe(3600);
+      const day = decodeJwt(
+        (await run(['token', '--user', 'ada', '--account', 'acme', '--ttl', '86400'])).stdout,
+      );
+      expect(day.exp! - day.iat!).toBe(86_400);
+      const refused = await run(['token', '--user', 'ada', '--account', 'acme', '--ttl', '7200'], {
+        PLAYBOOK_JWT_MAX_TTL_S: '3600',
+      });
+      expect(refused).toMatchObject({ code: 2, stdout: '' });
+      expect(refused.stderr).toContain('error: --ttl must be at most 3600 seconds (PLAYBOOK_JWT_MAX_TTL_S)');
     });
 
     it.each([
@@ -62,6 +71,10 @@ describe('playbook token and playbook keys (D14)', () => {
       ['a bad account id', ['token', '--user', 'ada', '--account', 'not an id']],
       ['a ttl of zero', ['token', '--user', 'ada', '--account', 'acme', '--ttl', '0']],
       ['a ttl that is not a number', ['token', '--user', 'ada', '--account', 'acme', '--ttl', '1h']],
+      [
+        'a ttl past PLAYBOOK_JWT_MAX_TTL_S (D20)',
+        ['token', '--user', 'ada', '--account', 'acme', '--ttl', '86401'],
+      ],
     ])('exits 2 on bad usage: %s', async (_label, args) => {
       const result = await run(args);
       expect(result.code).toBe(2);

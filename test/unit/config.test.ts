@@ -12,7 +12,8 @@ describe('configuration (D13)', () => {
     expect(config.contentStore).toEqual({ kind: 'directory', path: path.resolve('./data/content') });
     expect(config.environment).toBe('test');
     expect(config.redisUrl).toBeUndefined();
-    expect(config.jwt).toEqual({ accountsClaim: 'accounts', clockToleranceS: 0 });
+    expect(config.jwt).toEqual({ accountsClaim: 'accounts', clockToleranceS: 0, maxTtlS: 86_400 });
+    expect(config.maxKeysPerAccount).toBe(100);
     expect(config.rateLimit).toEqual({ max: 1200, windowMs: 60000, authFailureMax: 100 });
     expect(config.logLevel).toBe('info');
     expect(config.trustProxy).toBe(false);
@@ -36,6 +37,8 @@ describe('configuration (D13)', () => {
       PLAYBOOK_JWT_AUDIENCE: 'playbook',
       PLAYBOOK_JWT_ACCOUNTS_CLAIM: 'orgs',
       PLAYBOOK_JWT_CLOCK_TOLERANCE_S: '5',
+      PLAYBOOK_JWT_MAX_TTL_S: '3600',
+      PLAYBOOK_MAX_KEYS_PER_ACCOUNT: '10',
       PLAYBOOK_RATE_LIMIT_MAX: '50',
       PLAYBOOK_RATE_LIMIT_WINDOW_MS: '1000',
       PLAYBOOK_AUTH_FAILURE_MAX: '3',
@@ -66,7 +69,9 @@ describe('configuration (D13)', () => {
       audience: 'playbook',
       accountsClaim: 'orgs',
       clockToleranceS: 5,
+      maxTtlS: 3600,
     });
+    expect(config.maxKeysPerAccount).toBe(10);
     expect(config.rateLimit).toEqual({ max: 50, windowMs: 1000, authFailureMax: 3 });
     expect(config.trustProxy).toEqual(['10.0.0.0/8', '127.0.0.1']);
     expect(config.timeouts).toEqual({ requestMs: 5000, keepAliveMs: 65000 });

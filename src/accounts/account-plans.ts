@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import type { Db } from '../db/tables.js';
-import { DEFAULT_PLAN } from './principal.js';
+import { DEFAULT_PLAN } from './accounts.js';
 
 /**
  * The plan of the account a token request acts for (D6, D9), kept for up to `maxAgeMs` so that

@@ -1,14 +1,20 @@
 import type { Db } from '../db/tables.js';
 import { InputError } from '../errors.js';
+import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 
-/** Account ids are opaque to the service but must be printable and bounded. */
-export const ACCOUNT_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+/**
+ * Accounts (D6): the one place that writes the `accounts` table and knows the default plan. Plain
+ * functions that take `db` (or a transaction) first, so that transactions compose at the call site.
+ */
+
+/** The plan of a new account, and of a caller that acts for no account. */
+export const DEFAULT_PLAN = 'free';
 
 export async function findAccount(db: Db, accountId: string) {
   return db.selectFrom('accounts').selectAll().where('id', '=', accountId).executeTakeFirst();
 }
 
-/** Creates the account or updates the fields given; a new account's plan is `free` (D6). */
+/** Creates the account or updates the fields given; a new account has the default plan. */
 export async function setAccount(
   db: Db,
   accountId: string,
@@ -25,7 +31,7 @@ export async function setAccount(
     const now = new Date().toISOString();
     const existing = await findAccount(trx, accountId);
     if (!existing) {
-      const plan = changes.plan ?? 'free';
+      const plan = changes.plan ?? DEFAULT_PLAN;
       await trx
         .insertInto('accounts')
         .values({ id: accountId, name: changes.name ?? null, plan, created_at: now, updated_at: now })
@@ -48,8 +54,21 @@ export async function setAccount(
 }
 
 /**
- * Creates the account with plan `free` unless it exists, on the caller's connection or transaction
- * (`playbook import --account` creates its account inside the import's transaction, D15).
+ * Holds the account's row until the transaction ends (a write that changes nothing takes PostgreSQL's
+ * row lock; SQLite writes one transaction at a time anyway), so that checks of a per-account limit
+ * and the write they guard run one at a time.
+ */
+export async function lockAccount(db: Db, accountId: string): Promise<void> {
+  await db
+    .updateTable('accounts')
+    .set((eb) => ({ updated_at: eb.ref('updated_at') }))
+    .where('id', '=', accountId)
+    .execute();
+}
+
+/**
+ * Creates the account with the default plan unless it exists, on the caller's connection or
+ * transaction (`playbook import --account` and key creation create theirs inside their transaction).
  *
  * @example
  * await db.transaction().execute((trx) => createAccountIfAbsent(trx, 'acme', new Date().toISOString()));
@@ -57,7 +76,7 @@ export async function setAccount(
 export async function createAccountIfAbsent(db: Db, accountId: string, now: string): Promise<void> {
   await db
     .insertInto('accounts')
-    .values({ id: accountId, name: null, plan: 'free', created_at: now, updated_at: now })
+    .values({ id: accountId, name: null, plan: DEFAULT_PLAN, created_at: now, updated_at: now })
     .onConflict((oc) => oc.column('id').doNothing())
     .execute();
 }
