@@ -12,6 +12,7 @@ import Fastify, {
   LogController,
 } from 'fastify';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
+import type { ApiKeyService } from './auth/api-key-service.js';
 import { type Authenticator, authHook } from './auth/authenticator.js';
 import type { AccessLimiter } from './auth/rate-limits.js';
 import type { PlaybookService } from './catalog/playbook-service.js';
@@ -19,6 +20,7 @@ import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } fr
 import { CREDENTIAL_PARAMETERS, installAccessLog } from './http/access-log.js';
 import { handleClientError, handleError, writeRawProblem } from './http/problem.js';
 import { normalizeQuery, refuseQueryProblems } from './http/query.js';
+import { identityRoutes } from './routes/identity.js';
 import { operationsRoutes, type ReadinessCheck } from './routes/operations.js';
 import { playbookRoutes } from './routes/playbook.js';
 import { Problem } from './schemas/common.js';
@@ -27,13 +29,13 @@ import { playbookSchemas } from './schemas/playbook.js';
 export interface AppDependencies {
   readonly playbook: PlaybookService;
   readonly authenticator: Authenticator;
-  /** Rate limits (D10); without them nothing is counted (tests about other things). */
-  readonly rateLimits?: AccessLimiter;
+  /** Rate limits (D10), always given: a caller that wants none says so with a limiter that counts nothing. */
+  readonly rateLimits: AccessLimiter;
+  /** Key management (D8, D22) at `/v3/identity/api-keys`; an app built without it has no identity routes. */
+  readonly keys?: ApiKeyService;
   readonly readiness: readonly ReadinessCheck[];
   /** A pino logger, or Fastify logger options; tests pass `false`. */
   readonly logger?: FastifyServerOptions['logger'] | FastifyBaseLogger;
-  /** Extra route plugins composed by the caller (the identity area). */
-  readonly plugins?: readonly ((app: FastifyInstance) => Promise<void>)[];
   /** Which proxies' `X-Forwarded-For` to believe for the client address (`PLAYBOOK_TRUST_PROXY`). */
   readonly trustProxy?: boolean | number | string[];
   /** D20: how long a request may take to arrive, and an idle keep-alive connection may stay open. */
@@ -88,6 +90,14 @@ function validatorPerPart(
   });
   return (route: { httpPart?: string } & Parameters<typeof coercing>[0]) =>
     route.httpPart === 'body' ? exact(route) : coercing(route);
+}
+
+function withoutUpgradeInsecureRequests(policy: string): string {
+  return policy
+    .split(';')
+    .map((directive) => directive.trim())
+    .filter((directive) => directive !== '' && directive !== 'upgrade-insecure-requests')
+    .join('; ');
 }
 
 /** A hop count trusts that many proxies nearest the service; addresses and booleans pass as they are. */
@@ -230,7 +240,13 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     },
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
   });
-  await app.register(swaggerUi, { routePrefix: '/docs', staticCSP: true });
+  await app.register(swaggerUi, {
+    routePrefix: '/docs',
+    staticCSP: true,
+    // The service is often opened over plain HTTP (a VM, a container): a policy that upgrades its own
+    // assets to https would leave the page blank there. TLS is the load balancer's to enforce.
+    transformStaticCSP: (header) => withoutUpgradeInsecureRequests(String(header)),
+  });
 
   app.get('/v3/openapi.json', { schema: { hide: true } }, async (_request, reply) => {
     reply.header('cache-control', 'public, max-age=300');
@@ -239,7 +255,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
 
   await app.register(operationsRoutes(deps.readiness));
   await app.register(playbookRoutes(deps.playbook));
-  for (const plugin of deps.plugins ?? []) await app.register(plugin);
+  if (deps.keys) await app.register(identityRoutes(deps.keys));
 
   return app;
 }

@@ -1,4 +1,4 @@
-import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import type { FastifyBaseLogger } from 'fastify';
 import { sql } from 'kysely';
 import type { Authenticator } from './auth/authenticator.js';
 import { createIdentity, type Identity, type IdentityOptions } from './auth/identity.js';
@@ -30,8 +30,6 @@ export interface Services {
   readonly rateLimits: RateLimits;
   /** API keys, access tokens and rate limits (D7-D10). */
   readonly identity: Identity;
-  /** Route plugins beyond the playbook reads (the identity area). */
-  readonly plugins: ((app: FastifyInstance) => Promise<void>)[];
   /** Lines printed when the server starts: how a newcomer gets a token and a key. */
   gettingStarted(address: string): string[];
   close(): Promise<void>;
@@ -96,7 +94,6 @@ export function createServices(
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,
     identity,
-    plugins: [identity.routes],
     gettingStarted: (address) => identity.gettingStarted(address),
     close: async () => {
       generation.stop();

@@ -1,4 +1,5 @@
 import type { ApiKeyRow, Db, NewApiKey } from '../db/tables.js';
+import type { PageWindow } from '../paging.js';
 
 /**
  * Storage of API keys. Plain functions that take `db` (or a transaction) first, so that transactions
@@ -27,15 +28,28 @@ export async function findApiKeyWithPlan(db: Db, keyId: string): Promise<ApiKeyW
     .executeTakeFirst();
 }
 
-/** An account's keys, oldest first, revoked ones included (they are its audit trail). */
-export async function listApiKeys(db: Db, accountId: string): Promise<ApiKeyRow[]> {
-  return db
+/**
+ * An account's keys, oldest first, revoked ones included (they are its audit trail): all of them, or
+ * the rows of one page.
+ */
+export async function listApiKeys(db: Db, accountId: string, window?: PageWindow): Promise<ApiKeyRow[]> {
+  let query = db
     .selectFrom('api_keys')
     .selectAll()
     .where('account_id', '=', accountId)
     .orderBy('created_at')
-    .orderBy('id')
-    .execute();
+    .orderBy('id');
+  if (window) query = query.limit(window.limit).offset(window.offset);
+  return query.execute();
+}
+
+export async function countApiKeys(db: Db, accountId: string): Promise<number> {
+  const row = await db
+    .selectFrom('api_keys')
+    .select((eb) => eb.fn.countAll<number | string>().as('count'))
+    .where('account_id', '=', accountId)
+    .executeTakeFirstOrThrow();
+  return Number(row.count);
 }
 
 /** Keys of an account that still work at `now`: not revoked, not expired. */

@@ -2,7 +2,15 @@ import { createAccountIfAbsent, lockAccount } from '../accounts/accounts.js';
 import type { Broadcast } from '../broadcast.js';
 import type { ApiKeyRow, Db } from '../db/tables.js';
 import { ForbiddenError, InputError, LimitError, NotFoundError } from '../errors.js';
-import type { ApiKey, CreateApiKeyBody, CreatedApiKey, Environment, Scope } from '../schemas/identity.js';
+import { type PageRequest, readPage } from '../paging.js';
+import type {
+  ApiKey,
+  ApiKeyPage,
+  CreateApiKeyBody,
+  CreatedApiKey,
+  Environment,
+  Scope,
+} from '../schemas/identity.js';
 import * as repo from './api-key-repository.js';
 import { generateApiKey } from './key-format.js';
 import type { SecretHasher } from './secret-digest.js';
@@ -103,17 +111,27 @@ export class ApiKeyService {
     return { ...toApiKey(row), key };
   }
 
-  /** An account's keys, for a user who may act for it (else 403). */
-  async listFor(user: KeyManager, accountId: string): Promise<ApiKey[]> {
+  /** A page of an account's keys, oldest first, for a user who may act for it (else 403). */
+  async listFor(user: KeyManager, accountId: string, request: PageRequest = {}): Promise<ApiKeyPage> {
     if (!user.accounts.includes(accountId)) {
       throw new ForbiddenError('the access token does not let this user act for that account');
     }
-    return this.list(accountId);
+    const { rows, meta } = await readPage(
+      request,
+      () => repo.countApiKeys(this.db, accountId),
+      (window) => repo.listApiKeys(this.db, accountId, window),
+    );
+    return { data: rows.map((row) => this.toApiKey(row)), meta };
   }
 
+  /** Every key of an account, oldest first (`playbook keys list`). */
   async list(accountId: string): Promise<ApiKey[]> {
     const rows = await repo.listApiKeys(this.db, accountId);
-    return rows.map((row) => toApiKey(row, this.options.usage?.pending(row.id)));
+    return rows.map((row) => this.toApiKey(row));
+  }
+
+  private toApiKey(row: ApiKeyRow): ApiKey {
+    return toApiKey(row, this.options.usage?.pending(row.id));
   }
 
   /**

@@ -33,7 +33,7 @@ declare module 'fastify' {
  * rather than 401. The failure limit only ever refuses failures, so a valid credential sent from the
  * same address (a NAT, a load balancer) is never locked out by someone else's bad ones.
  */
-export function authHook(authenticator: Authenticator, limiter?: AccessLimiter) {
+export function authHook(authenticator: Authenticator, limiter: AccessLimiter) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const needs = request.routeOptions.config.auth;
     if (!needs) return;
@@ -41,11 +41,11 @@ export function authHook(authenticator: Authenticator, limiter?: AccessLimiter) 
     try {
       principal = await authenticator.authenticate(request, needs.policy);
     } catch (error) {
-      if (error instanceof AuthenticationError) await limiter?.recordFailure(request, reply);
+      if (error instanceof AuthenticationError) await limiter.recordFailure(request, reply);
       throw error;
     }
     request.principal = principal;
-    await limiter?.consume(request, reply);
+    await limiter.consume(request, reply);
     if (needs.scope && !principal.scopes.has(needs.scope)) {
       throw new ForbiddenError(`this operation needs the ${needs.scope} scope`);
     }

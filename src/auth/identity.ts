@@ -1,10 +1,9 @@
-import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import type { FastifyBaseLogger } from 'fastify';
 import type { RemoteJWKSetOptions } from 'jose';
 import { AccountPlans } from '../accounts/account-plans.js';
 import { type Broadcast, InProcessBroadcast } from '../broadcast.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/tables.js';
-import { identityRoutes } from '../routes/identity.js';
 import { AccessTokenVerifier } from './access-tokens.js';
 import { findApiKeyWithPlan } from './api-key-repository.js';
 import { ApiKeyService } from './api-key-service.js';
@@ -40,8 +39,6 @@ export interface Identity {
   /** The embedded signer; absent when access tokens come from `PLAYBOOK_JWKS_URL`. */
   readonly signer?: DevTokenSigner;
   readonly usage: UsageRecorder;
-  /** The key management routes, for `buildApp`'s plugins. */
-  readonly routes: (app: FastifyInstance) => Promise<void>;
   /** What `serve` prints on start for a newcomer. */
   gettingStarted(address: string): string[];
   /** Writes pending `lastUsedAt` times and stops timers. */
@@ -99,9 +96,6 @@ export function createIdentity(
     tokens,
     ...(signer ? { signer } : {}),
     usage,
-    routes: async (app) => {
-      await app.register(identityRoutes(keys));
-    },
     gettingStarted: (address) => gettingStarted(config, address),
     close: async () => {
       await usage.close();

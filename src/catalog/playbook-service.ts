@@ -3,7 +3,8 @@ import type { ContentReader } from '../content/content-reader.js';
 import type { Db } from '../db/tables.js';
 import { ForbiddenError, NotFoundError } from '../errors.js';
 import { Answer, type LazyAnswer, type ReadAnswer, tagOf } from '../http/answer.js';
-import { DEFAULT_PAGE_SIZE, type PageMeta } from '../schemas/common.js';
+import { pageOf, readPage } from '../paging.js';
+import type { PageMeta } from '../schemas/common.js';
 import type {
   Catalog,
   CatalogParams,
@@ -33,28 +34,6 @@ export type Serialize<T> = (value: T) => string;
 export interface PageOf<T> {
   readonly data: T[];
   readonly meta: PageMeta;
-}
-
-interface PageRequest {
-  readonly page?: number;
-  readonly pageSize?: number;
-}
-
-function pageOf(request: PageRequest): { page: number; pageSize: number } {
-  return { page: request.page ?? 1, pageSize: request.pageSize ?? DEFAULT_PAGE_SIZE };
-}
-
-/** Counts first (or knows the count), so that a page past the end costs no second query (D3). */
-async function readPage<R>(
-  request: PageRequest,
-  count: number | (() => Promise<number>),
-  fetch: (window: repo.PageWindow) => Promise<R[]>,
-): Promise<{ rows: R[]; meta: PageMeta }> {
-  const { page, pageSize } = pageOf(request);
-  const total = typeof count === 'number' ? count : await count();
-  const offset = (page - 1) * pageSize;
-  const rows = offset < total ? await fetch({ offset, limit: pageSize }) : [];
-  return { rows, meta: { page, pageSize, pageCount: Math.ceil(total / pageSize), total } };
 }
 
 /** A filter's values as one canonical text: the same set in any order and repetition is the same key. */

@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import type { Principal } from '../auth/principal.js';
 import type { CatalogRow, CatalogVersionRow, Db, ResourceRow, ResourceVersionRow } from '../db/tables.js';
+import type { PageWindow } from '../paging.js';
 import type { SourceScope } from '../schemas/common.js';
 import type { ResourceKind } from '../schemas/playbook.js';
 import {
@@ -17,11 +18,6 @@ import {
  * takes the caller's principal (or a Catalog found through it) and filters through `visibility.ts`.
  * Rows come back typed by the table types; `mappers.ts` turns them into answers.
  */
-
-export interface PageWindow {
-  readonly offset: number;
-  readonly limit: number;
-}
 
 /** `<alias>.<column> as <alias>_<column>` for each column: a joined row's columns beside another's. */
 function prefixed<A extends string, const C extends readonly string[]>(alias: A, columns: C) {

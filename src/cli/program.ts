@@ -25,21 +25,28 @@ export interface CliStreams {
 const LOG_BATCH_BYTES = 4096;
 const LOG_FLUSH_MS = 200;
 
+let stdoutDestination: pino.DestinationStream | undefined;
+
 /**
  * Standard output for log lines, written synchronously but in batches: one system call per 4 KiB of
  * lines (or per 200 ms) rather than one per line, which under load cost a sixth of a cached read
- * through a pipe. Synchronous writes keep the work on this thread; pino flushes what is left when the
- * process exits.
+ * through a pipe. Synchronous writes keep the work on this thread, and what is still held when the
+ * process exits (the last lines of a shutdown) is written on the way out.
  */
 function batchedStdout(): pino.DestinationStream {
+  // One per process: every logger writing to file descriptor 1 shares its buffer, so lines keep order.
+  if (stdoutDestination) return stdoutDestination;
   const destination = pino.destination({ dest: 1, sync: true, minLength: LOG_BATCH_BYTES });
-  setInterval(() => {
+  const flush = () => {
     try {
       destination.flushSync();
     } catch {
       // Standard output is gone (a closed pipe): nothing left to write to.
     }
-  }, LOG_FLUSH_MS).unref();
+  };
+  setInterval(flush, LOG_FLUSH_MS).unref();
+  process.once('exit', flush);
+  stdoutDestination = destination;
   return destination;
 }
 

@@ -1,4 +1,4 @@
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import { importDemoContentIfEmpty } from '../demo.js';
 import type { CliContext } from './context.js';
 
@@ -22,7 +22,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         authenticator: services.authenticator,
         rateLimits: services.rateLimits,
         readiness: services.readiness,
-        plugins: services.plugins,
+        keys: services.identity.keys,
         trustProxy: config.trustProxy,
         timeouts: config.timeouts,
         logger,
@@ -70,6 +70,8 @@ export function registerServeCommand(program: Command, context: CliContext): voi
 
 function parsePort(value: string): number {
   const port = Number(value);
-  if (!/^\d+$/.test(value) || port > 65535) throw new Error(`--port ${value} is not a port number`);
+  // Commander reports an InvalidArgumentError as bad usage: exit 2 (D14).
+  if (!/^\d{1,5}$/.test(value) || port > 65535)
+    throw new InvalidArgumentError('expected a port number, 0-65535');
   return port;
 }

@@ -5,7 +5,7 @@ import type { ApiKeyService, KeyManager } from '../auth/api-key-service.js';
 import { Answer, routeSerializer, sendAnswer } from '../http/answer.js';
 import { problemResponses } from '../schemas/common.js';
 import {
-  ApiKeyList,
+  ApiKeyPage,
   ApiKeyParams,
   CreateApiKeyBody,
   CreatedApiKey,
@@ -58,16 +58,13 @@ export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
         tags: ['identity'],
         security,
         querystring: ListApiKeysQuery,
-        response: { 200: ApiKeyList, ...problemResponses(400, 401, 403, 429, 500, 503) },
+        response: { 200: ApiKeyPage, ...problemResponses(400, 401, 403, 429, 500, 503) },
       },
       handler: async (request, reply) => {
-        const data = await keys.listFor(managerOf(request), request.query.accountId);
+        const { accountId, ...page } = request.query;
+        const list = await keys.listFor(managerOf(request), accountId, page);
         // Like every other read (D11), never kept: a changed lastUsedAt shows at once.
-        return sendAnswer(
-          request,
-          reply,
-          Answer.json(routeSerializer<{ data: typeof data }>(reply)({ data })),
-        );
+        return sendAnswer(request, reply, Answer.json(routeSerializer<ApiKeyPage>(reply)(list)));
       },
     });
 

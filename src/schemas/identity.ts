@@ -1,5 +1,5 @@
 import { type Static, Type } from '@sinclair/typebox';
-import { DateTime, Name, StringEnum } from './common.js';
+import { DateTime, Name, Page, PageQuery, StringEnum } from './common.js';
 
 /** The identity area (D8): API keys, created and managed with a user access token. */
 
@@ -77,7 +77,11 @@ export const CreatedApiKey = Type.Object({
 });
 export type CreatedApiKey = Static<typeof CreatedApiKey>;
 
-export const ApiKeyList = Type.Object({ data: Type.Array(ApiKey) });
+export const ApiKeyPage = Page(ApiKey);
+export type ApiKeyPage = Static<typeof ApiKeyPage>;
 
-export const ListApiKeysQuery = Type.Object({ accountId: AccountId }, { additionalProperties: false });
+export const ListApiKeysQuery = Type.Object(
+  { accountId: AccountId, ...PageQuery },
+  { additionalProperties: false },
+);
 export const ApiKeyParams = Type.Object({ keyId: ApiKeyId });

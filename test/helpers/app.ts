@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
+import type { AccessLimiter } from '../../src/auth/rate-limits.js';
 import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from './backend.js';
 import { createTestIdentity, type TestIdentity } from './credentials.js';
@@ -58,6 +59,12 @@ export class PrincipalRegistry {
   }
 }
 
+/** Rate limits that count nothing, for apps whose tests are about something else (D10 has its own). */
+export const unlimited: AccessLimiter = {
+  recordFailure: async () => {},
+  consume: async () => {},
+};
+
 /** The service over a test backend, authenticating with real credentials (or the given authenticator). */
 export async function buildTestApp(
   backend: TestBackend,
@@ -68,9 +75,9 @@ export async function buildTestApp(
   const app = await buildApp({
     playbook: reads.playbook,
     authenticator: identity ? identity.authenticator : (callers as Authenticator),
-    ...(identity ? { rateLimits: identity.rateLimits } : {}),
+    rateLimits: identity ? identity.rateLimits : unlimited,
     readiness: [{ name: 'contentStore', check: () => backend.objectStore.check() }],
-    plugins: identity ? [identity.routes] : [],
+    ...(identity ? { keys: identity.keys } : {}),
   });
   app.addHook('onClose', async () => {
     reads.close();

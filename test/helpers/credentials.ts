@@ -118,7 +118,7 @@ export async function buildIdentityApp(
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,
     readiness: [],
-    plugins: [identity.routes],
+    keys: identity.keys,
     ...(logger ? { logger } : {}),
     ...(identity.config
       ? { timeouts: identity.config.timeouts, trustProxy: identity.config.trustProxy }

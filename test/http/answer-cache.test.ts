@@ -14,6 +14,7 @@ import type { CatalogTable, Database, Db, ResourceTable } from '../../src/db/tab
 import { Answer } from '../../src/http/answer.js';
 import { Page, Problem } from '../../src/schemas/common.js';
 import { Catalog, playbookSchemas, ResourceDetail, ResourceListItem } from '../../src/schemas/playbook.js';
+import { unlimited } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { checkCatalog, checkPage, checkResourceDetail, checkResourceListItem } from '../helpers/contract.js';
 import {
@@ -117,6 +118,7 @@ describe('read caches', () => {
     const built = await buildApp({
       playbook: reads.playbook,
       authenticator: new AccountAuthenticator(backend.databases.primary),
+      rateLimits: unlimited,
       readiness: [],
     });
     built.addHook('onClose', async () => reads.close());

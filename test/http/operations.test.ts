@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { AnswerCache } from '../../src/catalog/answer-cache.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
-import { buildTestApp, PrincipalRegistry } from '../helpers/app.js';
+import { buildTestApp, PrincipalRegistry, unlimited } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { checkProblem } from '../helpers/contract.js';
 import { type GivenResource, givenCatalog, givenResource } from '../helpers/fixtures.js';
@@ -172,6 +172,7 @@ describe('errors and operations', () => {
       const probe = await buildApp({
         playbook: new PlaybookService(backend.databases.reader, backend.content, new AnswerCache(0)),
         authenticator: principals.authenticator,
+        rateLimits: unlimited,
         readiness: [
           { name: 'database', check: failing },
           { name: 'cache', optional: true, check: failing },
@@ -196,6 +197,7 @@ describe('errors and operations', () => {
       const degraded = await buildApp({
         playbook: new PlaybookService(backend.databases.reader, backend.content, new AnswerCache(0)),
         authenticator: principals.authenticator,
+        rateLimits: unlimited,
         readiness: [{ name: 'cache', optional: true, check: failing }],
       });
       try {
@@ -327,6 +329,19 @@ describe('errors and operations', () => {
       expect(res.body).toMatch(/<html/i);
     });
 
+    it('D17: the docs keep a strict Content-Security-Policy that works over plain HTTP', async () => {
+      for (const url of ['/docs', '/docs/static/index.html', '/docs/static/swagger-initializer.js']) {
+        const res = await app.inject({ url, headers: { host: '192.0.2.10:8080' } });
+        const policy = String(res.headers['content-security-policy']);
+        const directives = policy.split(';').map((d) => d.trim());
+        // upgrade-insecure-requests would make a browser fetch the assets over https and show nothing.
+        expect(directives, url).not.toContain('upgrade-insecure-requests');
+        expect(directives, url).toContain("default-src 'self'");
+        expect(directives, url).toContain("object-src 'none'");
+        expect(policy, url).toMatch(/script-src 'self'/);
+      }
+    });
+
     it.each(['/docs', '/docs/'])(
       'D17: every script and stylesheet %s references is served by the service itself',
       async (page) => {
@@ -368,6 +383,7 @@ describe('errors and operations', () => {
       const logged = await buildApp({
         playbook: new PlaybookService(backend.databases.reader, backend.content, new AnswerCache(0)),
         authenticator: principals.authenticator,
+        rateLimits: unlimited,
         readiness: [],
         logger: { level: 'debug', stream },
       });

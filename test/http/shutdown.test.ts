@@ -5,6 +5,7 @@ import { buildApp } from '../../src/app.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
 import type { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { AuthenticationError } from '../../src/errors.js';
+import { unlimited } from '../helpers/app.js';
 
 const refuseAll: Authenticator = {
   authenticate: async () => {
@@ -35,7 +36,12 @@ describe('graceful shutdown (D14 serve, D2)', () => {
 
   it('finishes the in-flight request with Connection: close, and closes without waiting on keep-alive', async () => {
     // The read service is never reached: the only route used here is the slow one below.
-    app = await buildApp({ playbook: {} as PlaybookService, authenticator: refuseAll, readiness: [] });
+    app = await buildApp({
+      playbook: {} as PlaybookService,
+      authenticator: refuseAll,
+      rateLimits: unlimited,
+      readiness: [],
+    });
     let release!: () => void;
     const gate = new Promise<void>((resolve) => {
       release = resolve;
@@ -78,7 +84,12 @@ describe('graceful shutdown (D14 serve, D2)', () => {
   });
 
   it('accepts no new connection once closed', async () => {
-    app = await buildApp({ playbook: {} as PlaybookService, authenticator: refuseAll, readiness: [] });
+    app = await buildApp({
+      playbook: {} as PlaybookService,
+      authenticator: refuseAll,
+      rateLimits: unlimited,
+      readiness: [],
+    });
     await app.listen({ port: 0, host: '127.0.0.1' });
     const { port } = app.server.address() as net.AddressInfo;
     expect((await fetch(`http://127.0.0.1:${port}/healthz`)).status).toBe(200);

@@ -223,7 +223,8 @@ describe('key management (contract §4.5; D8)', () => {
 
       const response = await app.inject({ url: `${KEYS}?accountId=listco`, headers: owner });
       expect(response.statusCode).toBe(200);
-      const { data } = response.json();
+      const { data, meta } = response.json();
+      expect(meta).toEqual({ page: 1, pageSize: 20, pageCount: 1, total: 2 });
       expect(data.map((k: { name: string }) => k.name)).toEqual(['used', 'revoked']);
       expect(data[0].lastUsedAt).toBeDefined();
       expect(data[0].revokedAt).toBeUndefined();
@@ -254,10 +255,42 @@ describe('key management (contract §4.5; D8)', () => {
       expect(after.headers.etag).not.toBe(etag);
     });
 
+    it('answers the pagination envelope of every list: page and pageSize, oldest key first (D3)', async () => {
+      const owner = await identity.tokenHeaders({ user: 'bob', accounts: ['pagedco'] });
+      const names = ['k1', 'k2', 'k3', 'k4', 'k5'];
+      for (const name of names) {
+        expect((await create({ ...valid, accountId: 'pagedco', name }, owner)).statusCode).toBe(201);
+      }
+      const page = async (query: string) => {
+        const response = await app.inject({ url: `${KEYS}?accountId=pagedco${query}`, headers: owner });
+        expect(response.statusCode).toBe(200);
+        return response.json() as { data: { name: string }[]; meta: Record<string, number> };
+      };
+      const pages = [
+        await page('&pageSize=2'),
+        await page('&pageSize=2&page=2'),
+        await page('&page=3&pageSize=2'),
+      ];
+      expect(pages.map((p) => p.data.map((k) => k.name))).toEqual([['k1', 'k2'], ['k3', 'k4'], ['k5']]);
+      expect(pages[1]!.meta).toEqual({ page: 2, pageSize: 2, pageCount: 3, total: 5 });
+      // Past the end: an empty page that still tells the total.
+      expect(await page('&page=9&pageSize=2')).toEqual({
+        data: [],
+        meta: { page: 9, pageSize: 2, pageCount: 3, total: 5 },
+      });
+      for (const bad of ['&page=0', '&pageSize=101', '&pageSize=x']) {
+        const response = await app.inject({ url: `${KEYS}?accountId=pagedco${bad}`, headers: owner });
+        expect(response.statusCode, bad).toBe(400);
+        expect(response.json().errors[0].in, bad).toBe('query');
+      }
+    });
+
     it('403: an account the user may not act for; 400: no accountId or an unknown parameter', async () => {
       expect((await app.inject({ url: `${KEYS}?accountId=globex`, headers: ada })).statusCode).toBe(403);
       expect((await app.inject({ url: KEYS, headers: ada })).statusCode).toBe(400);
-      expect((await app.inject({ url: `${KEYS}?accountId=acme&page=2`, headers: ada })).statusCode).toBe(400);
+      expect((await app.inject({ url: `${KEYS}?accountId=acme&sort=name`, headers: ada })).statusCode).toBe(
+        400,
+      );
       expect(
         (await app.inject({ url: `${KEYS}?accountId=acme&accountId=newco`, headers: ada })).statusCode,
       ).toBe(400);

@@ -92,6 +92,18 @@ describe('playbook token and playbook keys (D14)', () => {
     });
   });
 
+  describe('playbook serve', () => {
+    it.each([['abc'], ['65536'], ['-1'], ['80.5'], ['']])(
+      'exits 2 on bad usage before serving anything: --port %j',
+      async (port) => {
+        const result = await run(['serve', '--port', port]);
+        expect(result.code).toBe(2);
+        expect(result.stdout).toBe('');
+        expect(result.stderr).toContain('expected a port number, 0-65535');
+      },
+    );
+  });
+
   describe('playbook keys', () => {
     it("lists an account's keys, one per line, without secrets", async () => {
       // Stored before D21 refused such names: the list shows them escaped, never acted upon.

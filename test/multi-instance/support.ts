@@ -110,7 +110,7 @@ export async function startInstance(
     authenticator: services.authenticator,
     rateLimits: services.rateLimits,
     readiness: services.readiness,
-    plugins: services.plugins,
+    keys: services.identity.keys,
   });
   await app.ready();
   const redisCheck = services.readiness.find((check) => check.name === 'redis');

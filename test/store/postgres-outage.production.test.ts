@@ -10,6 +10,7 @@ import { loadConfig } from '../../src/config.js';
 import { DatabaseContentStore } from '../../src/content/database-store.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { createServices, type Services } from '../../src/services.js';
+import { unlimited } from '../helpers/app.js';
 import { type PostgresServer, startPostgres } from '../helpers/servers.js';
 import { anyReader, seedCatalog, seedResource, type Timed, timedGet } from './support.js';
 
@@ -67,6 +68,7 @@ describe('a PostgreSQL outage', () => {
     app = await buildApp({
       playbook: services.playbook,
       authenticator: anyReader,
+      rateLimits: unlimited,
       readiness: services.readiness,
     });
     base = await app.listen({ port: 0, host: '127.0.0.1' });

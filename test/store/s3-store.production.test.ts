@@ -12,6 +12,7 @@ import { DatabaseContentStore } from '../../src/content/database-store.js';
 import { sha256Hex } from '../../src/content/hash.js';
 import { S3ContentStore, type S3ContentStoreOptions } from '../../src/content/s3-store.js';
 import { UnavailableError } from '../../src/errors.js';
+import { unlimited } from '../helpers/app.js';
 import {
   createTestBackend,
   removeBucket,
@@ -176,6 +177,7 @@ describe('an S3 outage under HTTP', () => {
         new AnswerCache(64 * 1024 * 1024),
       ),
       authenticator: anyReader,
+      rateLimits: unlimited,
       readiness: [
         {
           name: 'database',
