@@ -18,12 +18,13 @@ import type { AccessLimiter } from './auth/rate-limits.js';
 import type { PlaybookService } from './catalog/playbook-service.js';
 import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } from './errors.js';
 import { CREDENTIAL_PARAMETERS, installAccessLog } from './http/access-log.js';
+import { openapiOptions } from './http/openapi.js';
 import { handleClientError, handleError, writeRawProblem } from './http/problem.js';
 import { normalizeQuery, refuseQueryProblems } from './http/query.js';
 import { identityRoutes } from './routes/identity.js';
 import { operationsRoutes, type ReadinessCheck } from './routes/operations.js';
 import { playbookRoutes } from './routes/playbook.js';
-import { Problem } from './schemas/common.js';
+import { Problem, REQUEST_ID_PATTERN } from './schemas/common.js';
 import { playbookSchemas } from './schemas/playbook.js';
 
 export interface AppDependencies {
@@ -45,7 +46,7 @@ export interface AppDependencies {
 /** D20's defaults, as the configuration has them. */
 const DEFAULT_TIMEOUTS = { requestMs: 30_000, keepAliveMs: 72_000 };
 
-const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const SANE_REQUEST_ID = new RegExp(REQUEST_ID_PATTERN);
 
 /** Echo a caller's request id when it is sane; otherwise make one (D2). */
 function requestIdOf(request: IncomingMessage): string {
@@ -222,30 +223,24 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   app.addSchema(Problem);
   for (const schema of playbookSchemas) app.addSchema(schema);
 
-  await app.register(swagger, {
-    openapi: {
-      openapi: '3.1.0',
-      info: {
-        title: 'Playbook API',
-        version: '3.0.0',
-        description:
-          'Catalogs of Resources with immutable versioned content, read with scoped secret API keys (x-api-key) or user access tokens.',
-      },
-      components: {
-        securitySchemes: {
-          apiKey: { type: 'apiKey', in: 'header', name: 'x-api-key' },
-          accessToken: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
-        },
-      },
-    },
-    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => String(json.$id ?? `def-${i}`) },
-  });
+  await app.register(swagger, openapiOptions());
   await app.register(swaggerUi, {
     routePrefix: '/docs',
     staticCSP: true,
     // The service is often opened over plain HTTP (a VM, a container): a policy that upgrades its own
     // assets to https would leave the page blank there. TLS is the load balancer's to enforce.
     transformStaticCSP: (header) => withoutUpgradeInsecureRequests(String(header)),
+    // "Try it out" calls the service the page came from, over the scheme it came with.
+    transformSpecification: (document, request) => ({
+      ...document,
+      servers: [
+        {
+          url: `${request.protocol}://${request.host}`,
+          description: 'This deployment, as the page was opened (local, staging or production)',
+          'x-internal': false,
+        },
+      ],
+    }),
   });
 
   app.get('/v3/openapi.json', { schema: { hide: true } }, async (_request, reply) => {

@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
+import { MAX_CONTENT_BYTES_CEILING } from './schemas/playbook.js';
 
 /**
  * Every environment variable the service reads (D13), each with the schema its raw text must meet.
@@ -42,7 +43,7 @@ const EnvSchema = Type.Object({
   PLAYBOOK_KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ minimum: 1000, maximum: 3_600_000, default: 72_000 }),
   PLAYBOOK_MAX_CONTENT_BYTES: Type.Integer({
     minimum: 1,
-    maximum: 1024 * 1024 * 1024,
+    maximum: MAX_CONTENT_BYTES_CEILING,
     default: 16 * 1024 * 1024,
   }),
   PLAYBOOK_ANSWER_CACHE_BYTES: Type.Integer({

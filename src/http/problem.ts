@@ -14,7 +14,14 @@ import {
   RateLimitError,
   UnavailableError,
 } from '../errors.js';
-import { PATTERN_RULES, type Problem, type ProblemCode } from '../schemas/common.js';
+import {
+  MAX_LISTED_PROBLEMS,
+  MAX_PROBLEM_DETAIL,
+  MAX_PROBLEM_TEXT,
+  PATTERN_RULES,
+  type Problem,
+  type ProblemCode,
+} from '../schemas/common.js';
 import { withQueryProblems } from './query.js';
 
 const TITLES: Record<ProblemCode, string> = {
@@ -47,10 +54,26 @@ export function problem(
     title: TITLES[code],
     status,
     code,
-    detail,
+    detail: cut(detail, MAX_PROBLEM_DETAIL),
     requestId,
-    ...(errors && errors.length > 0 ? { errors: [...errors] } : {}),
+    ...(errors && errors.length > 0
+      ? {
+          errors: errors.map((e) => ({
+            in: e.in,
+            name: cut(e.name, MAX_PROBLEM_TEXT),
+            message: cut(e.message, MAX_PROBLEM_TEXT),
+          })),
+        }
+      : {}),
   };
+}
+
+/** Text bounded as the Problem schema says: what is cut ends with an ellipsis. */
+function cut(text: string, max: number): string {
+  if (text.length <= max) return text;
+  // Never half a surrogate pair: the cut text stays well-formed.
+  const end = /[\uD800-\uDBFF]/.test(text[max - 2] ?? '') ? max - 2 : max - 1;
+  return `${text.slice(0, end)}…`;
 }
 
 const CONTEXTS: Record<string, InputLocation> = {
@@ -66,6 +89,25 @@ interface AjvError {
   message?: string;
   params: Record<string, unknown>;
 }
+
+/**
+ * Ajv reports every keyword a value fails (`maxLength` and `pattern` of one id): one problem per field
+ * is listed, the one that says most (its rule in words, its allowed values, its type).
+ */
+function onePerField(location: InputLocation, errors: readonly AjvError[]): InputProblem[] {
+  const chosen = new Map<string, { problem: InputProblem; rank: number }>();
+  for (const error of errors) {
+    const problem = toInputProblem(location, error);
+    const key = `${problem.in}\u0000${problem.name}\u0000${error.instancePath}`;
+    const rank = TELLING.indexOf(error.keyword) === -1 ? TELLING.length : TELLING.indexOf(error.keyword);
+    const held = chosen.get(key);
+    if (!held || rank < held.rank) chosen.set(key, { problem, rank });
+  }
+  return [...chosen.values()].map(({ problem }) => problem);
+}
+
+/** Keywords whose message says most about what a value must be, best first. */
+const TELLING = ['required', 'additionalProperties', 'type', 'pattern', 'enum', 'format'];
 
 /** Turns one schema-validation error into a problem that names its field. */
 function toInputProblem(location: InputLocation, error: AjvError): InputProblem {
@@ -128,7 +170,7 @@ function classify(error: FastifyError | Error): {
   const fastifyError = error as FastifyError;
   if (fastifyError.validation) {
     const location = CONTEXTS[fastifyError.validationContext ?? 'body'] ?? 'body';
-    const errors = fastifyError.validation.map((e) => toInputProblem(location, e as unknown as AjvError));
+    const errors = onePerField(location, fastifyError.validation as unknown as AjvError[]);
     return { status: 400, code: 'invalid_request', detail: 'The request is invalid.', errors };
   }
   if (error instanceof LimitError) return { status: 400, code: 'limit_reached', detail: error.message };
@@ -169,9 +211,6 @@ function classify(error: FastifyError | Error): {
   }
   return { status: 500, code: 'internal', detail: 'The service could not complete the request.' };
 }
-
-/** D20: a 400 lists this many problems at most, then says how many more there were. */
-const MAX_LISTED_PROBLEMS = 20;
 
 /** The problems a 400 lists, and its detail: the list bounded, so a small request never makes a large answer. */
 function listed(

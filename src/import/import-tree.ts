@@ -33,6 +33,8 @@ export interface ImportOptions {
   readonly now?: () => string;
   /** D20: the most bytes of content one Resource Version may have; 16 MiB by default. */
   readonly maxContentBytes?: number;
+  /** D20: the most Resources one Catalog may hold; 100,000 by default (tests lower it). */
+  readonly maxCatalogResources?: number;
 }
 
 /**
@@ -60,11 +62,11 @@ export async function importTree(deps: ImportDeps, options: ImportOptions): Prom
       `account ${JSON.stringify(owner.accountId)}: must be 1-128 characters of letters, digits, ".", "_", ":" or "-"`,
     );
   }
-  const reading = await readImportTree(
-    options.dir,
-    onProgress,
-    options.maxContentBytes === undefined ? {} : { maxContentBytes: options.maxContentBytes },
-  );
+  const { maxContentBytes, maxCatalogResources } = options;
+  const reading = await readImportTree(options.dir, onProgress, {
+    ...(maxContentBytes === undefined ? {} : { maxContentBytes }),
+    ...(maxCatalogResources === undefined ? {} : { maxCatalogResources }),
+  });
   if (!reading.ok) problems.push(...reading.problems);
   if (problems.length > 0 || !reading.ok) throw new ImportValidationError(problems);
 

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { crc32 } from 'node:zlib';
 import { canonicalJson, sha256Hex, utf8Size } from '../content/hash.js';
 import type { Facets, LifecycleStatus } from '../schemas/common.js';
-import type { ResourceKind, StorageBackend } from '../schemas/playbook.js';
+import { MAX_CATALOG_RESOURCES, type ResourceKind, type StorageBackend } from '../schemas/playbook.js';
 import { mapWithLimit, progressCounter } from './batches.js';
 import { readContentFile, tooLarge } from './content-file.js';
 import { catalogFileChecker, type ResourceFile, resourceFileChecker, slugChecker } from './file-schemas.js';
@@ -132,7 +132,9 @@ export async function readImportTree(
         ]),
       );
     } else if (entry.isDirectory()) {
-      listings.push(await listCatalogFolder(root, entry.name));
+      listings.push(
+        await listCatalogFolder(root, entry.name, options.maxCatalogResources ?? MAX_CATALOG_RESOURCES),
+      );
     }
   }
 
@@ -180,7 +182,7 @@ function emptyListing(name: string, root: string, problems: string[]): FolderLis
   return { slug: name, absolute: path.join(root, name), readable: false, problems, resources: [] };
 }
 
-async function listCatalogFolder(root: string, name: string): Promise<FolderListing> {
+async function listCatalogFolder(root: string, name: string, maxResources: number): Promise<FolderListing> {
   const absolute = path.join(root, name);
   const problems: string[] = [];
   if (!slugChecker.Check(name)) problems.push(`${name}: folder name: ${slugRule(name)}`);
@@ -214,6 +216,13 @@ async function listCatalogFolder(root: string, name: string): Promise<FolderList
     const slug = entry.name.slice(0, -'.json'.length);
     if (!slugChecker.Check(slug)) problems.push(`${display}: file name: ${slugRule(slug)}`);
     resources.push(slug);
+  }
+  if (resources.length > maxResources) {
+    // Reported, and none of them read: the import fails without touching thousands of files.
+    problems.push(
+      `${name}/resources: holds ${resources.length} resource files; a Catalog holds at most ${maxResources}`,
+    );
+    return { slug: name, absolute, readable: true, problems, resources: [] };
   }
   return { slug: name, absolute, readable: true, problems, resources };
 }
@@ -262,6 +271,8 @@ interface CatalogFolder {
 export interface TreeOptions {
   /** D20: the most bytes of content one Resource Version may have (`PLAYBOOK_MAX_CONTENT_BYTES`). */
   readonly maxContentBytes?: number;
+  /** D20: the most Resources one Catalog may hold (tests lower it). */
+  readonly maxCatalogResources?: number;
 }
 
 /** D20's default. */

@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
 import type { ApiKeyService, KeyManager } from '../auth/api-key-service.js';
 import { Answer, routeSerializer, sendAnswer } from '../http/answer.js';
-import { problemResponses } from '../schemas/common.js';
+import { notModifiedResponse, problemResponses } from '../schemas/common.js';
 import {
   ApiKeyPage,
   ApiKeyParams,
@@ -33,10 +33,18 @@ export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
         schema: {
           operationId: 'createApiKey',
           summary: 'Create an API key for one account; the key string is shown only in this answer',
+          description:
+            "Mints a key of this deployment's environment for an account the access token lets the user act for. An account holds at most PLAYBOOK_MAX_KEYS_PER_ACCOUNT active keys (400 limit_reached past it).",
           tags: ['identity'],
           security,
           body: CreateApiKeyBody,
-          response: { 201: CreatedApiKey, ...problemResponses(400, 401, 403, 429, 500, 503) },
+          response: {
+            201: {
+              ...CreatedApiKey,
+              description: 'The new key, with its key string: keep it now, it is never shown again',
+            },
+            ...problemResponses(400, 401, 403, 429, 500, 503),
+          },
         },
       },
       async (request, reply) => {
@@ -55,10 +63,16 @@ export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
       schema: {
         operationId: 'listApiKeys',
         summary: "List an account's API keys, without their secrets",
+        description:
+          'Every key of the account, revoked and expired ones included, oldest first, with when each was last used.',
         tags: ['identity'],
         security,
         querystring: ListApiKeysQuery,
-        response: { 200: ApiKeyPage, ...problemResponses(400, 401, 403, 429, 500, 503) },
+        response: {
+          200: { ...ApiKeyPage, description: 'One page of keys, and where it is in the whole list' },
+          ...notModifiedResponse,
+          ...problemResponses(400, 401, 403, 429, 500, 503),
+        },
       },
       handler: async (request, reply) => {
         const { accountId, ...page } = request.query;
@@ -75,6 +89,8 @@ export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
         schema: {
           operationId: 'revokeApiKey',
           summary: 'Revoke an API key; idempotent',
+          description:
+            'Every instance refuses the key within a second. A key of an account the user may not act for is 404, like one that does not exist.',
           tags: ['identity'],
           security,
           params: ApiKeyParams,

@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox';
 import type { Principal } from '../auth/principal.js';
 import type { PlaybookService } from '../catalog/playbook-service.js';
 import { routeSerializer, sendAnswer } from '../http/answer.js';
-import { Page, problemResponses } from '../schemas/common.js';
+import { notModifiedResponse, Page, problemResponses } from '../schemas/common.js';
 import {
   Catalog,
   CatalogParams,
@@ -23,9 +23,6 @@ const security: { [scheme: string]: string[] }[] = [{ apiKey: [] }, { accessToke
 const READ = { auth: { policy: 'api-key-or-token', scope: 'playbook:read' } } as const;
 /** Reads answer HEAD as GET, without the body (D11). */
 const GET_AND_HEAD = ['GET', 'HEAD'];
-const notModified = {
-  304: Type.Null({ description: 'Not modified: If-None-Match names the validator of this representation' }),
-};
 const listErrors = problemResponses(400, 401, 403, 429, 500, 503);
 const itemErrors = problemResponses(400, 401, 403, 404, 429, 500, 503);
 
@@ -48,10 +45,18 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
       schema: {
         operationId: 'listPlaybookCatalogs',
         summary: 'List the Catalogs the caller can use',
+        description:
+          "Service-owned Catalogs first, then the caller's account's, each by slug (D3); drafts are never listed. Filter by sourceScope and by a capability facet.",
         tags: ['playbook'],
         security,
         querystring: ListCatalogsQuery,
-        response: { 200: Page(Type.Ref(Catalog)), ...notModified, ...listErrors },
+        response: {
+          200: Page(Type.Ref(Catalog), {
+            description: 'One page of Catalogs, and where it is in the whole list',
+          }),
+          ...notModifiedResponse,
+          ...listErrors,
+        },
       },
       handler: async (request, reply) =>
         sendAnswer(
@@ -68,11 +73,19 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
       schema: {
         operationId: 'listPlaybookCatalogResources',
         summary: 'List the Resources in one Catalog',
+        description:
+          "The Catalog's Resources by slug, each with its current version's metadata but not its content or manifest; filter by kind. A Catalog the caller cannot see is 404.",
         tags: ['playbook'],
         security,
         params: CatalogParams,
         querystring: ListResourcesQuery,
-        response: { 200: Page(Type.Ref(ResourceListItem)), ...notModified, ...itemErrors },
+        response: {
+          200: Page(Type.Ref(ResourceListItem), {
+            description: 'One page of Resources, and where it is in the whole list',
+          }),
+          ...notModifiedResponse,
+          ...itemErrors,
+        },
       },
       handler: async (request, reply) =>
         sendAnswer(
@@ -94,11 +107,17 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
       schema: {
         operationId: 'getPlaybookResource',
         summary: 'Get one Resource with its current content',
+        description:
+          "The Resource and its current version, manifest and content included. A plan-gated Resource the caller's plan does not include is 403 plan_required.",
         tags: ['playbook'],
         security,
         params: ResourceParams,
         querystring: NoQuery,
-        response: { 200: Type.Ref(ResourceDetail), ...notModified, ...itemErrors },
+        response: {
+          200: Type.Ref(ResourceDetail, { description: 'The Resource, with its current version in full' }),
+          ...notModifiedResponse,
+          ...itemErrors,
+        },
       },
       handler: async (request, reply) =>
         sendAnswer(
@@ -119,11 +138,16 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
       schema: {
         operationId: 'listPlaybookResourceVersions',
         summary: "List a Resource's versions, newest first",
+        description: "The Resource's version history (D16): metadata of each version, without content.",
         tags: ['playbook'],
         security,
         params: ResourceParams,
         querystring: ListVersionsQuery,
-        response: { 200: Page(Type.Ref(ResourceVersionSummary)), ...notModified, ...itemErrors },
+        response: {
+          200: Page(Type.Ref(ResourceVersionSummary), { description: 'One page of versions, newest first' }),
+          ...notModifiedResponse,
+          ...itemErrors,
+        },
       },
       handler: async (request, reply) =>
         sendAnswer(
@@ -145,11 +169,16 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
       schema: {
         operationId: 'getPlaybookResourceVersion',
         summary: 'Get one Resource Version with its content',
+        description: 'One version of a Resource, current or not, with its manifest and content.',
         tags: ['playbook'],
         security,
         params: VersionParams,
         querystring: NoQuery,
-        response: { 200: Type.Ref(ResourceVersionDetail), ...notModified, ...itemErrors },
+        response: {
+          200: Type.Ref(ResourceVersionDetail, { description: 'The Resource Version in full' }),
+          ...notModifiedResponse,
+          ...itemErrors,
+        },
       },
       handler: async (request, reply) =>
         sendAnswer(

@@ -37,9 +37,14 @@ export const PATTERN_RULES: Readonly<Record<string, string>> = {
   [MULTI_LINE_PATTERN]: 'must not hold control characters (but tab and line breaks) or direction overrides',
 };
 
-export const Uuid = Type.String({ pattern: UUID_PATTERN, description: 'uuid (RFC 9562 layout)' });
+export const Uuid = Type.String({
+  maxLength: 36,
+  pattern: UUID_PATTERN,
+  description: 'uuid (RFC 9562 layout)',
+});
 export const DateTime = Type.String({
   format: 'date-time',
+  maxLength: 35,
   pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}(?::\\d{2}(?:\\.\\d+)?)?Z$',
   description: 'RFC 3339 UTC timestamp',
 });
@@ -66,7 +71,9 @@ export const OWNERS = ['svc', 'org'] as const;
 export const Owner = StringEnum(OWNERS);
 export type Owner = Static<typeof Owner>;
 
-const FacetList = Type.Optional(Type.Array(FacetValue));
+/** Values one facet may list (D20). */
+export const MAX_FACET_VALUES = 100;
+const FacetList = Type.Optional(Type.Array(FacetValue, { maxItems: MAX_FACET_VALUES }));
 export const Facets = Type.Object(
   {
     capability: FacetList,
@@ -85,12 +92,15 @@ export const FACET_KEYS = Object.keys(Facets.properties) as FacetKey[];
 export const Manifest = Type.Record(Type.String(), Type.Unknown());
 export type Manifest = Static<typeof Manifest>;
 
+/** Items one page may hold (contract.md §8). */
+export const MAX_PAGE_SIZE = 100;
+
 export const PageQuery = {
   page: Type.Optional(
     Type.Integer({ minimum: 1, maximum: MAX_COUNTER, description: 'page number, default 1' }),
   ),
   pageSize: Type.Optional(
-    Type.Integer({ minimum: 1, maximum: 100, description: 'items per page, default 20' }),
+    Type.Integer({ minimum: 1, maximum: MAX_PAGE_SIZE, description: 'items per page, default 20' }),
   ),
 };
 
@@ -105,8 +115,8 @@ export const PageMeta = Type.Object({
 export type PageMeta = Static<typeof PageMeta>;
 
 /** The pagination envelope both list operations share. */
-export function Page<T extends TSchema>(item: T) {
-  return Type.Object({ data: Type.Array(item), meta: PageMeta });
+export function Page<T extends TSchema>(item: T, options: { description?: string } = {}) {
+  return Type.Object({ data: Type.Array(item, { maxItems: MAX_PAGE_SIZE }), meta: PageMeta }, options);
 }
 
 export const ProblemCode = StringEnum([
@@ -126,28 +136,48 @@ export const ProblemCode = StringEnum([
 ] as const);
 export type ProblemCode = Static<typeof ProblemCode>;
 
+/** The request ids the service echoes (D2); any other is replaced by one it makes. */
+export const REQUEST_ID_PATTERN = '^[A-Za-z0-9._:-]{1,128}$';
+
+/** D20: a 400 lists this many problems at most, then says how many more there were. */
+export const MAX_LISTED_PROBLEMS = 20;
+/** The longest name or message of one listed problem: longer ones (a name the caller made up) are cut. */
+export const MAX_PROBLEM_TEXT = 200;
+/** The longest `detail` of a problem document. */
+export const MAX_PROBLEM_DETAIL = 1000;
+
 /** RFC 9457 problem document (D2). */
 export const Problem = Type.Object(
   {
-    type: Type.String(),
-    title: Type.String(),
-    status: Type.Integer({ minimum: 400, maximum: 599 }),
+    type: Type.String({ format: 'uri', maxLength: 100, description: 'urn:playbook:problem:<code>' }),
+    title: Type.String({ maxLength: 100 }),
+    status: Type.Integer({ minimum: 400, maximum: 599, description: 'the HTTP status of the answer' }),
     code: ProblemCode,
-    detail: Type.String(),
-    requestId: Type.String(),
+    detail: Type.String({ maxLength: MAX_PROBLEM_DETAIL }),
+    requestId: Type.String({
+      maxLength: 128,
+      pattern: REQUEST_ID_PATTERN,
+      description: 'the x-request-id of the answer',
+    }),
     errors: Type.Optional(
       Type.Array(
         Type.Object({
           in: StringEnum(['query', 'path', 'body', 'header'] as const),
-          name: Type.String(),
-          message: Type.String(),
+          name: Type.String({ maxLength: MAX_PROBLEM_TEXT, description: 'the parameter, field or header' }),
+          message: Type.String({ maxLength: MAX_PROBLEM_TEXT }),
         }),
+        { maxItems: MAX_LISTED_PROBLEMS, description: 'each problem of a 400, at most 20 (D20)' },
       ),
     ),
   },
   { $id: 'Problem', description: 'RFC 9457 problem document' },
 );
 export type Problem = Static<typeof Problem>;
+
+/** The 304 of a read whose If-None-Match names its current validator (D11): no body. */
+export const notModifiedResponse = {
+  304: Type.Null({ description: 'Not modified: If-None-Match names the validator of this representation' }),
+};
 
 /** The error answers an authenticated read may give, for the OpenAPI document. */
 export function problemResponses(...statuses: number[]): Record<number, TSchema> {

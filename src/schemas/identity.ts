@@ -18,6 +18,7 @@ export const Scope = StringEnum(SCOPES);
 export type Scope = Static<typeof Scope>;
 
 export const ApiKeyId = Type.String({
+  maxLength: 32,
   pattern: KEY_ID_PATTERN,
   description: 'key id: the public part of the key string, between its environment and its secret',
 });
@@ -35,6 +36,7 @@ export const KeyEnvironment = StringEnum(ENVIRONMENTS, {
 });
 export const ApiKeyScopes = Type.Array(Scope, {
   minItems: 1,
+  maxItems: SCOPES.length,
   uniqueItems: true,
   description: 'granted scopes, distinct; playbook:write does not imply playbook:read',
 });
@@ -72,6 +74,8 @@ export type ApiKey = Static<typeof ApiKey>;
 export const CreatedApiKey = Type.Object({
   ...keyFields,
   key: Type.String({
+    maxLength: 200,
+    pattern: '^svc_sk_(test|live)_[A-Za-z0-9]{12,32}_[A-Za-z0-9]{32,128}$',
     description: 'the whole key string, to send as x-api-key; shown once and never again',
   }),
 });

@@ -12,6 +12,7 @@ import {
   Owner,
   PageQuery,
   Slug,
+  SOURCE_SCOPES,
   SourceScope,
   StringEnum,
   Uuid,
@@ -46,6 +47,11 @@ const RESOURCE_HUMAN_REF = '^(svc|org)/[a-z0-9]+(?:-[a-z0-9]+)*/[a-z0-9]+(?:-[a-
 const CatalogHumanRef = Type.String({ minLength: 3, maxLength: 180, pattern: HUMAN_REF });
 const ResourceHumanRef = Type.String({ minLength: 5, maxLength: 260, pattern: RESOURCE_HUMAN_REF });
 
+/** Resources one Catalog may hold, so its version's pins are bounded too (D20). */
+export const MAX_CATALOG_RESOURCES = 100_000;
+/** The ceiling of `PLAYBOOK_MAX_CONTENT_BYTES` (D20): no content is ever longer. */
+export const MAX_CONTENT_BYTES_CEILING = 1024 * 1024 * 1024;
+
 export const ResourcePin = Type.Object({
   resourceId: Uuid,
   resourceHumanRef: ResourceHumanRef,
@@ -58,7 +64,7 @@ export type ResourcePin = Static<typeof ResourcePin>;
 export const CatalogVersion = Type.Object({
   id: Uuid,
   version: VersionLabel,
-  resourcePins: Type.Array(ResourcePin),
+  resourcePins: Type.Array(ResourcePin, { maxItems: MAX_CATALOG_RESOURCES }),
   manifestHash: Hash,
   resourceCount: Counter,
   publishedAt: Type.Optional(DateTime),
@@ -102,7 +108,14 @@ export const ResourceVersionSummary = Type.Object(versionSummaryFields, { $id: '
 export type ResourceVersionSummary = Static<typeof ResourceVersionSummary>;
 
 export const ResourceVersionDetail = Type.Object(
-  { ...versionSummaryFields, manifest: Manifest, content: Type.String() },
+  {
+    ...versionSummaryFields,
+    manifest: Manifest,
+    content: Type.String({
+      maxLength: MAX_CONTENT_BYTES_CEILING,
+      description: 'the content, at most PLAYBOOK_MAX_CONTENT_BYTES (default 16 MiB) of UTF-8',
+    }),
+  },
   { $id: 'ResourceVersion' },
 );
 export type ResourceVersionDetail = Static<typeof ResourceVersionDetail>;
@@ -152,7 +165,10 @@ export const playbookSchemas = [
 export const ListCatalogsQuery = Type.Object(
   {
     sourceScope: Type.Optional(
-      Type.Array(SourceScope, { description: 'svc, account; repeat or comma-separate' }),
+      Type.Array(SourceScope, {
+        maxItems: SOURCE_SCOPES.length,
+        description: 'svc, account; repeat or comma-separate',
+      }),
     ),
     capability: Type.Optional(Type.String({ minLength: 1, maxLength: 80 })),
     ...PageQuery,
@@ -164,7 +180,10 @@ export type ListCatalogsQuery = Static<typeof ListCatalogsQuery>;
 export const ListResourcesQuery = Type.Object(
   {
     kind: Type.Optional(
-      Type.Array(ResourceKind, { description: 'Resource kinds; repeat or comma-separate' }),
+      Type.Array(ResourceKind, {
+        maxItems: RESOURCE_KINDS.length,
+        description: 'Resource kinds; repeat or comma-separate',
+      }),
     ),
     ...PageQuery,
   },

@@ -254,21 +254,28 @@ describe('errors and operations', () => {
         (document.paths[path]?.get?.parameters ?? [])
           .map((p) => `${p.in}:${p.name}${p.required ? '!' : ''}`)
           .sort();
+      // Every read also takes the account selector of D9.
       expect(names('/v3/playbook/catalogs')).toEqual([
+        'header:x-account-id',
         'query:capability',
         'query:page',
         'query:pageSize',
         'query:sourceScope',
       ]);
       expect(names('/v3/playbook/catalogs/{owner}/{catalogSlug}/resources')).toEqual([
+        'header:x-account-id',
         'path:catalogSlug!',
         'path:owner!',
         'query:kind',
         'query:page',
         'query:pageSize',
       ]);
-      expect(names('/v3/playbook/resources/{resourceId}')).toEqual(['path:resourceId!']);
+      expect(names('/v3/playbook/resources/{resourceId}')).toEqual([
+        'header:x-account-id',
+        'path:resourceId!',
+      ]);
       expect(names('/v3/playbook/resources/{resourceId}/versions/{versionId}')).toEqual([
+        'header:x-account-id',
         'path:resourceId!',
         'path:versionId!',
       ]);

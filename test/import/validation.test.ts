@@ -191,6 +191,27 @@ describe('D15 validation: one line per problem, naming file and field', () => {
     );
   });
 
+  it('D20: refuses a Catalog folder holding more resource files than a Catalog may pin, reading none of them', async () => {
+    await writeTree(dir, {
+      'handbook/catalog.json': catalogJson(),
+      'handbook/resources/a.json': resourceJson(),
+      'handbook/resources/b.json': resourceJson(),
+      'handbook/resources/c.json': '{ not even JSON',
+      'guides/catalog.json': catalogJson(),
+      'guides/resources/a.json': resourceJson(),
+    });
+    const before = await dumpStorage(backend);
+    expect(await problemsOf({ maxCatalogResources: 2 })).toEqual([
+      'handbook/resources: holds 3 resource files; a Catalog holds at most 2',
+    ]);
+    expect(await dumpStorage(backend)).toEqual(before);
+    const report = await runImport(backend, dir, { at: T1, maxCatalogResources: 3 }).catch((e: unknown) => e);
+    // At the limit the folder is read, and its broken file is then reported.
+    expect((report as ImportValidationError).problems).toEqual([
+      expect.stringMatching(/^handbook\/resources\/c\.json: /),
+    ]);
+  });
+
   it('reports a tree that is not a folder', async () => {
     const file = path.join(dir, 'file.txt');
     await fs.writeFile(file, 'x');
