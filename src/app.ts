@@ -14,10 +14,12 @@ import Fastify, {
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import type { ApiKeyService } from './auth/api-key-service.js';
 import { type Authenticator, authHook } from './auth/authenticator.js';
+import type { LeakReportSignatures } from './auth/leak-reports.js';
 import type { AccessLimiter } from './auth/rate-limits.js';
 import type { PlaybookService } from './catalog/playbook-service.js';
 import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } from './errors.js';
 import { CREDENTIAL_PARAMETERS, installAccessLog } from './http/access-log.js';
+import { jsonBodyParser } from './http/json-body.js';
 import { openapiOptions } from './http/openapi.js';
 import { handleClientError, handleError, writeRawProblem } from './http/problem.js';
 import { normalizeQuery, refuseQueryProblems } from './http/query.js';
@@ -34,6 +36,8 @@ export interface AppDependencies {
   readonly rateLimits: AccessLimiter;
   /** Key management (D8, D22) at `/v3/identity/api-keys`; an app built without it has no identity routes. */
   readonly keys?: ApiKeyService;
+  /** D22: verifies leak reports' signatures; without it, leak reports answer 501. */
+  readonly leakSignatures?: LeakReportSignatures;
   readonly readiness: readonly ReadinessCheck[];
   /** A pino logger, or Fastify logger options; tests pass `false`. */
   readonly logger?: FastifyServerOptions['logger'] | FastifyBaseLogger;
@@ -72,7 +76,6 @@ function credentialInQuery(query: unknown): InputError | undefined {
   return undefined;
 }
 
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 const validators = AjvCompiler();
 
 /**
@@ -155,24 +158,8 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     schemaController: { compilersFactory: { buildValidator: validatorPerPart } },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
-  // JSON bodies are decoded strictly (D21): bytes that are not UTF-8 are refused, never turned into
-  // replacement characters and stored. Every key is data: JSON.parse never sets a prototype, and
-  // nothing merges a body into another object.
   app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
-    let text: string;
-    try {
-      text = strictUtf8.decode(body as Buffer);
-    } catch {
-      done(InputError.of('body', '(body)', 'must be UTF-8'), undefined);
-      return;
-    }
-    try {
-      done(null, text === '' ? undefined : JSON.parse(text));
-    } catch (error) {
-      done(InputError.of('body', '(body)', `is not valid JSON (${(error as Error).message})`), undefined);
-    }
-  });
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
 
   app.decorateRequest('principal', null);
   installAccessLog(app);
@@ -250,7 +237,13 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
 
   await app.register(operationsRoutes(deps.readiness));
   await app.register(playbookRoutes(deps.playbook));
-  if (deps.keys) await app.register(identityRoutes(deps.keys));
+  if (deps.keys) {
+    const options = {
+      limiter: deps.rateLimits,
+      ...(deps.leakSignatures ? { leakSignatures: deps.leakSignatures } : {}),
+    };
+    await app.register(identityRoutes(deps.keys, options));
+  }
 
   return app;
 }

@@ -30,6 +30,7 @@ const EnvSchema = Type.Object({
   PLAYBOOK_JWT_ACCOUNTS_CLAIM: Type.String({ minLength: 1, default: 'accounts' }),
   PLAYBOOK_JWT_CLOCK_TOLERANCE_S: Type.Integer({ minimum: 0, maximum: 3600, default: 0 }),
   PLAYBOOK_JWT_MAX_TTL_S: Type.Integer({ minimum: 60, maximum: 31_536_000, default: 86_400 }),
+  PLAYBOOK_LEAK_REPORT_KEYS_URL: Type.Optional(Type.String({ pattern: '^https?://' })),
   PLAYBOOK_MAX_KEYS_PER_ACCOUNT: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 100 }),
   PLAYBOOK_RATE_LIMIT_MAX: Type.Integer({ minimum: 1, maximum: 1_000_000_000, default: 1200 }),
   PLAYBOOK_RATE_LIMIT_WINDOW_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 60000 }),
@@ -85,6 +86,8 @@ export interface Config {
   };
   /** D20: active API keys one account may hold (`PLAYBOOK_MAX_KEYS_PER_ACCOUNT`). */
   readonly maxKeysPerAccount: number;
+  /** D22: where the public keys that sign leak reports are listed; leak reports are off without it. */
+  readonly leakReportKeysUrl?: string;
   readonly rateLimit: { readonly max: number; readonly windowMs: number; readonly authFailureMax: number };
   /** D20: how long a request may take to arrive, and an idle keep-alive connection may stay open. */
   readonly timeouts: { readonly requestMs: number; readonly keepAliveMs: number };
@@ -204,6 +207,9 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     timeouts: { requestMs: env.PLAYBOOK_REQUEST_TIMEOUT_MS, keepAliveMs: env.PLAYBOOK_KEEP_ALIVE_TIMEOUT_MS },
     maxContentBytes: env.PLAYBOOK_MAX_CONTENT_BYTES,
     maxKeysPerAccount: env.PLAYBOOK_MAX_KEYS_PER_ACCOUNT,
+    ...(env.PLAYBOOK_LEAK_REPORT_KEYS_URL === undefined
+      ? {}
+      : { leakReportKeysUrl: env.PLAYBOOK_LEAK_REPORT_KEYS_URL }),
     answerCacheBytes: env.PLAYBOOK_ANSWER_CACHE_BYTES,
     logLevel: env.LOG_LEVEL,
     trustProxy: parseTrustProxy(env.PLAYBOOK_TRUST_PROXY),

@@ -29,6 +29,22 @@ export class LimitError extends Error {
   override name = 'LimitError';
 }
 
+/** A valid request that the current state of what it names forbids (D22: rolling a revoked key). */
+export class ConflictError extends Error {
+  override name = 'ConflictError';
+  constructor(
+    message: string,
+    readonly reason: 'key_inactive',
+  ) {
+    super(message);
+  }
+}
+
+/** An operation this deployment is not set up for (D22: leak reports without a key list). */
+export class NotConfiguredError extends Error {
+  override name = 'NotConfiguredError';
+}
+
 /** No credential, or one that is malformed, unknown, expired, revoked or of the other environment. */
 export class AuthenticationError extends Error {
   override name = 'AuthenticationError';

@@ -75,6 +75,16 @@ export async function revokeApiKey(db: Db, keyId: string, at: string): Promise<b
   return result.numUpdatedRows > 0n;
 }
 
+/** Brings a key's expiry forward to `at` (never later than it was): the old key of a roll (D22). */
+export async function expireApiKeyBy(db: Db, keyId: string, at: string): Promise<void> {
+  await db
+    .updateTable('api_keys')
+    .set({ expires_at: at })
+    .where('id', '=', keyId)
+    .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', at)]))
+    .execute();
+}
+
 /**
  * Records when keys were last used, in one statement per batch. A time never moves backwards, so
  * that two processes flushing in either order leave the later time.

@@ -1,7 +1,7 @@
 import { createAccountIfAbsent, lockAccount } from '../accounts/accounts.js';
 import type { Broadcast } from '../broadcast.js';
 import type { ApiKeyRow, Db } from '../db/tables.js';
-import { ForbiddenError, InputError, LimitError, NotFoundError } from '../errors.js';
+import { ConflictError, ForbiddenError, InputError, LimitError, NotFoundError } from '../errors.js';
 import { type PageRequest, readPage } from '../paging.js';
 import type {
   ApiKey,
@@ -12,8 +12,8 @@ import type {
   Scope,
 } from '../schemas/identity.js';
 import * as repo from './api-key-repository.js';
-import { generateApiKey } from './key-format.js';
-import type { SecretHasher } from './secret-digest.js';
+import { generateApiKey, parseApiKey } from './key-format.js';
+import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 
 /** The user behind an access token, as key management sees them. */
@@ -24,6 +24,33 @@ export interface KeyManager {
 
 export type RevokeOutcome = 'revoked' | 'already-revoked' | 'not-found';
 
+/** A leaked token's verdict, as the secret scanning partner program labels it (D22). */
+export type LeakVerdict = 'true_positive' | 'false_positive';
+
+/** Who caused a key event. */
+export type KeyActor =
+  | { readonly type: 'user'; readonly id: string }
+  | { readonly type: 'operator' }
+  | { readonly type: 'leak-report'; readonly url?: string };
+
+/**
+ * Something that happened to a key, reported once it is committed (D22). The audit trail (D23)
+ * subscribes here; until then nothing records these.
+ */
+export interface KeyEvent {
+  readonly type: 'created' | 'rolled' | 'revoked' | 'leak-revoked';
+  readonly at: string;
+  readonly keyId: string;
+  readonly accountId: string;
+  readonly actor: KeyActor;
+  /** For `rolled`: the key that replaces this one. */
+  readonly replacedBy?: string;
+}
+
+/** D22's bounds of a roll's overlap, in seconds. */
+export const MAX_ROLL_OVERLAP_S = 604_800;
+export const DEFAULT_ROLL_OVERLAP_S = 86_400;
+
 export interface ApiKeyServiceOptions {
   readonly environment: Environment;
   /** D20: keys an account may hold that are neither revoked nor expired. */
@@ -32,6 +59,8 @@ export interface ApiKeyServiceOptions {
   readonly revocations: Broadcast;
   /** Uses not yet written, so that a list shows them before the next flush. */
   readonly usage?: UsageRecorder;
+  /** Told of every key event once committed: the seam of the audit trail. */
+  readonly events?: (event: KeyEvent) => void;
   readonly now?: () => number;
 }
 
@@ -70,9 +99,7 @@ export class ApiKeyService {
 
   /** Mints a key of this deployment's environment; the key string is in the answer and nowhere else. */
   async createFor(user: KeyManager, input: CreateApiKeyBody): Promise<CreatedApiKey> {
-    if (!user.accounts.includes(input.accountId)) {
-      throw new ForbiddenError('the access token does not let this user act for that account');
-    }
+    mayActFor(user, input.accountId);
     const now = this.now();
     let expiresAt: string | undefined;
     if (input.expiresAt !== undefined) {
@@ -81,8 +108,59 @@ export class ApiKeyService {
       if (at <= now) throw InputError.of('body', 'expiresAt', 'must be in the future');
       expiresAt = new Date(at).toISOString();
     }
+    const minted = this.mint(user, { ...input, expiresAt }, now);
+    await this.db.transaction().execute(async (trx) => {
+      await createAccountIfAbsent(trx, input.accountId, minted.row.created_at);
+      await this.insertWithinCap(trx, minted.row, 0);
+    });
+    this.emit({ type: 'created', keyId: minted.row.id, accountId: input.accountId, actor: byUser(user) });
+    return minted.created;
+  }
+
+  /**
+   * Rolls a key (D22): a new key of the same name, account and scopes, while the old one keeps working
+   * for `overlapSeconds` and then expires. A key of an account the user may not act for is 404; a
+   * revoked or expired key cannot be rolled (409): it has nothing left to hand over.
+   */
+  async rollFor(user: KeyManager, keyId: string, overlapSeconds: number): Promise<CreatedApiKey> {
+    const now = this.now();
+    const created = await this.db.transaction().execute(async (trx) => {
+      const old = await repo.findApiKey(trx, keyId);
+      if (!old || !user.accounts.includes(old.account_id)) throw new NotFoundError('no such API key');
+      const minted = this.mint(
+        user,
+        { name: old.name, accountId: old.account_id, scopes: JSON.parse(old.scopes) as Scope[] },
+        now,
+      );
+      // The old key stays counted while it overlaps: one roll may go one past the cap, never two.
+      await this.insertWithinCap(trx, minted.row, 1, () => {
+        // Read again under the account's lock: a revocation that raced this roll is seen here.
+        return repo.findApiKey(trx, keyId).then((current) => {
+          if (current?.revoked_at !== null) {
+            throw new ConflictError('the API key is revoked; create a new key instead', 'key_inactive');
+          }
+          if (current.expires_at !== null && Date.parse(current.expires_at) <= now) {
+            throw new ConflictError('the API key has expired; create a new key instead', 'key_inactive');
+          }
+        });
+      });
+      await repo.expireApiKeyBy(trx, keyId, new Date(now + overlapSeconds * 1000).toISOString());
+      return minted;
+    });
+    // Every instance re-reads the old key's expiry at once rather than within a second.
+    await this.options.revocations.publish(keyId);
+    const { row } = created;
+    this.emit({ type: 'rolled', keyId, accountId: row.account_id, actor: byUser(user), replacedBy: row.id });
+    return created.created;
+  }
+
+  /** A new key's row and its one-time answer; nothing is stored yet. */
+  private mint(
+    user: KeyManager,
+    input: { name: string; accountId: string; scopes: Scope[]; expiresAt?: string | undefined },
+    now: number,
+  ): { row: ApiKeyRow; created: CreatedApiKey } {
     const { key, keyId, secret, environment } = generateApiKey(this.options.environment);
-    const createdAt = new Date(now).toISOString();
     const row: ApiKeyRow = {
       id: keyId,
       account_id: input.accountId,
@@ -91,31 +169,38 @@ export class ApiKeyService {
       environment,
       secret_hash: this.options.hasher.digest(secret).toString('hex'),
       created_by: user.subject,
-      created_at: createdAt,
-      expires_at: expiresAt ?? null,
+      created_at: new Date(now).toISOString(),
+      expires_at: input.expiresAt ?? null,
       revoked_at: null,
       last_used_at: null,
     };
-    await this.db.transaction().execute(async (trx) => {
-      await createAccountIfAbsent(trx, input.accountId, createdAt);
-      // Serialises key creation per account, so that two at once cannot both pass the count.
-      await lockAccount(trx, input.accountId);
-      const active = await repo.countActiveApiKeys(trx, input.accountId, createdAt);
-      if (active >= this.options.maxKeysPerAccount) {
-        throw new LimitError(
-          `account ${input.accountId} already holds ${active} active API keys, the most this service allows; revoke one first`,
-        );
-      }
-      await repo.insertApiKey(trx, row);
-    });
-    return { ...toApiKey(row), key };
+    return { row, created: { ...toApiKey(row), key } };
+  }
+
+  /**
+   * Inserts a key unless its account would then hold more than the cap (plus `beyond`) of active
+   * keys. The account's row lock serialises this per account, so that two at once cannot both pass.
+   */
+  private async insertWithinCap(
+    trx: Db,
+    row: ApiKeyRow,
+    beyond: number,
+    check?: () => Promise<void>,
+  ): Promise<void> {
+    await lockAccount(trx, row.account_id);
+    await check?.();
+    const active = await repo.countActiveApiKeys(trx, row.account_id, row.created_at);
+    if (active >= this.options.maxKeysPerAccount + beyond) {
+      throw new LimitError(
+        `account ${row.account_id} already holds ${active} active API keys, the most this service allows; revoke one first`,
+      );
+    }
+    await repo.insertApiKey(trx, row);
   }
 
   /** A page of an account's keys, oldest first, for a user who may act for it (else 403). */
   async listFor(user: KeyManager, accountId: string, request: PageRequest = {}): Promise<ApiKeyPage> {
-    if (!user.accounts.includes(accountId)) {
-      throw new ForbiddenError('the access token does not let this user act for that account');
-    }
+    mayActFor(user, accountId);
     const { rows, meta } = await readPage(
       request,
       () => repo.countApiKeys(this.db, accountId),
@@ -141,14 +226,49 @@ export class ApiKeyService {
   async revokeFor(user: KeyManager, keyId: string): Promise<void> {
     const row = await repo.findApiKey(this.db, keyId);
     if (!row || !user.accounts.includes(row.account_id)) throw new NotFoundError('no such API key');
-    await this.revoke(keyId);
+    await this.revoke(keyId, byUser(user));
   }
 
-  async revoke(keyId: string): Promise<RevokeOutcome> {
+  async revoke(keyId: string, actor: KeyActor = { type: 'operator' }): Promise<RevokeOutcome> {
     const revoked = await repo.revokeApiKey(this.db, keyId, new Date(this.now()).toISOString());
-    if (!revoked && !(await repo.findApiKey(this.db, keyId))) return 'not-found';
+    const row = await repo.findApiKey(this.db, keyId);
+    if (!row) return 'not-found';
     // Announced even when already revoked: a cheap repeat that heals a lost announcement.
     await this.options.revocations.publish(keyId);
+    if (revoked) {
+      const type = actor.type === 'leak-report' ? 'leak-revoked' : 'revoked';
+      this.emit({ type, keyId, accountId: row.account_id, actor });
+    }
     return revoked ? 'revoked' : 'already-revoked';
+  }
+
+  /**
+   * The verdict on a token reported as leaked (D22): a key of this deployment whose secret matches
+   * is a true positive and is revoked at once (if it was not already); anything else is a false
+   * positive. The secret is compared in constant time, as on every request.
+   */
+  async revokeLeaked(token: string, url?: string): Promise<LeakVerdict> {
+    const parsed = parseApiKey(token);
+    if (!parsed || parsed.environment !== this.options.environment) return 'false_positive';
+    const row = await repo.findApiKey(this.db, parsed.keyId);
+    const digest = this.options.hasher.digest(parsed.secret);
+    const stored = row ? Buffer.from(row.secret_hash, 'hex') : Buffer.alloc(digest.length);
+    if (!row || !digestsEqual(digest, stored)) return 'false_positive';
+    await this.revoke(row.id, { type: 'leak-report', ...(url === undefined ? {} : { url }) });
+    return 'true_positive';
+  }
+
+  private emit(event: Omit<KeyEvent, 'at'>): void {
+    this.options.events?.({ ...event, at: new Date(this.now()).toISOString() });
+  }
+}
+
+function byUser(user: KeyManager): KeyActor {
+  return { type: 'user', id: user.subject };
+}
+
+function mayActFor(user: KeyManager, accountId: string): void {
+  if (!user.accounts.includes(accountId)) {
+    throw new ForbiddenError('the access token does not let this user act for that account');
   }
 }

@@ -6,10 +6,11 @@ import type { Config } from '../config.js';
 import type { Db } from '../db/tables.js';
 import { AccessTokenVerifier } from './access-tokens.js';
 import { findApiKeyWithPlan } from './api-key-repository.js';
-import { ApiKeyService } from './api-key-service.js';
+import { ApiKeyService, type KeyEvent } from './api-key-service.js';
 import { type ApiKeyLookup, ApiKeyVerifier } from './api-key-verifier.js';
 import { CredentialAuthenticator } from './credential-authenticator.js';
 import { DevTokenSigner } from './dev-signer.js';
+import { LeakReportSignatures } from './leak-reports.js';
 import { MemoryRateCounter, type RateCounter, RateLimits } from './rate-limits.js';
 import { type SecretHasher, sha256Hasher } from './secret-digest.js';
 import { UsageRecorder } from './usage-recorder.js';
@@ -26,6 +27,10 @@ export interface IdentityOptions {
   readonly usageFlushIntervalMs?: number;
   /** Tuning of the remote JWKS (cooldown before refetching on an unknown `kid`, cache age). */
   readonly jwks?: RemoteJWKSetOptions;
+  /** How often an unknown leak-report key identifier may fetch the key list again (60 s). */
+  readonly leakKeysRefetchAfterMs?: number;
+  /** Told of every key event (D22), once committed. */
+  readonly keyEvents?: (event: KeyEvent) => void;
 }
 
 /** Identity and access (D7-D10) as one unit: what the app, the CLI and the tests compose. */
@@ -34,6 +39,8 @@ export interface Identity {
   /** D10, keyed on what the authenticator resolves: handed to `buildApp` beside it. */
   readonly rateLimits: RateLimits;
   readonly keys: ApiKeyService;
+  /** D22: present when `PLAYBOOK_LEAK_REPORT_KEYS_URL` lists the keys that sign leak reports. */
+  readonly leakSignatures?: LeakReportSignatures;
   readonly verifier: ApiKeyVerifier;
   readonly tokens: AccessTokenVerifier;
   /** The embedded signer; absent when access tokens come from `PLAYBOOK_JWKS_URL`. */
@@ -85,13 +92,25 @@ export function createIdentity(
     hasher,
     revocations,
     usage,
+    ...(options.keyEvents ? { events: options.keyEvents } : {}),
     now,
   });
+  const leakSignatures =
+    config.leakReportKeysUrl === undefined
+      ? undefined
+      : new LeakReportSignatures({
+          keysUrl: config.leakReportKeysUrl,
+          now,
+          ...(options.leakKeysRefetchAfterMs === undefined
+            ? {}
+            : { refetchAfterMs: options.leakKeysRefetchAfterMs }),
+        });
 
   return {
     authenticator,
     rateLimits,
     keys,
+    ...(leakSignatures ? { leakSignatures } : {}),
     verifier,
     tokens,
     ...(signer ? { signer } : {}),

@@ -85,3 +85,41 @@ export function parseApiKey(text: string): ParsedApiKey | null {
   if (checksum(text.slice(0, text.length - CHECKSUM_LENGTH)) !== sum) return null;
   return { environment, keyId, secret: random + sum };
 }
+
+/** Where a key-shaped string sits in a text, and whether it is a real key (its checksum holds). */
+export interface FoundKey {
+  /** 1-based line and column of its first character. */
+  readonly line: number;
+  readonly column: number;
+  /** The key id and environment of a well-formed key, which are public; never the secret. */
+  readonly parsed: Pick<ParsedApiKey, 'environment' | 'keyId'> | null;
+}
+
+/** Key-shaped runs of text: the prefix, then what D8's bounds allow, not glued to other word characters. */
+const KEY_SHAPED =
+  /(?<![A-Za-z0-9_])svc_sk_(?:test|live)_[A-Za-z0-9]{12,32}_[A-Za-z0-9]{32,128}(?![A-Za-z0-9])/g;
+
+/**
+ * Finds key-shaped strings in a text (D22, `playbook keys scan`), checking each checksum offline: a
+ * look-alike (a placeholder, a truncated or mistyped key) is found with `parsed: null`.
+ */
+export function findApiKeys(text: string): FoundKey[] {
+  const found: FoundKey[] = [];
+  let line = 1;
+  let lineStart = 0;
+  let scanned = 0;
+  for (const match of text.matchAll(KEY_SHAPED)) {
+    for (let i = text.indexOf('\n', scanned); i !== -1 && i < match.index; i = text.indexOf('\n', i + 1)) {
+      line++;
+      lineStart = i + 1;
+    }
+    scanned = match.index;
+    const parsed = parseApiKey(match[0]);
+    found.push({
+      line,
+      column: match.index - lineStart + 1,
+      parsed: parsed && { environment: parsed.environment, keyId: parsed.keyId },
+    });
+  }
+  return found;
+}

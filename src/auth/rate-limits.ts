@@ -48,10 +48,11 @@ export interface AccessLimiter {
    */
   recordFailure(request: FastifyRequest, reply: FastifyReply): Promise<void>;
   /**
-   * Counts the request against its credential (the key id or the token subject); sets the
-   * `RateLimit-*` headers; a 429 with `Retry-After` when over the budget.
+   * Counts the request against its credential (the key id or the token subject), or against `key`
+   * when the credential is not a principal (a leak report's signing key); sets the `RateLimit-*`
+   * headers; a 429 with `Retry-After` when over the budget.
    */
-  consume(request: FastifyRequest, reply: FastifyReply): Promise<void>;
+  consume(request: FastifyRequest, reply: FastifyReply, key?: string): Promise<void>;
 }
 
 export interface RateLimitSettings {
@@ -101,11 +102,13 @@ export class RateLimits implements AccessLimiter {
     }
   }
 
-  async consume(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  async consume(request: FastifyRequest, reply: FastifyReply, key?: string): Promise<void> {
     const { max, windowMs } = this.settings;
-    if (!request.principal) throw new Error('a request counted against its credential before it had one');
-    const key = credentialKey(request.principal.credential);
-    const { count, resetInMs } = await this.counter.increment(key, windowMs);
+    if (!key && !request.principal) {
+      throw new Error('a request counted against its credential before it had one');
+    }
+    const counted = key ?? credentialKey(request.principal!.credential);
+    const { count, resetInMs } = await this.counter.increment(counted, windowMs);
     describe(reply, max, count, resetInMs);
     if (count > max) {
       const retryAfter = seconds(resetInMs);

@@ -1,4 +1,7 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import type { Command } from 'commander';
+import { findApiKeys } from '../auth/key-format.js';
 import type { ApiKey } from '../schemas/identity.js';
 import { ACCOUNT_ID_PATTERN, KEY_ID_PATTERN } from '../schemas/identity.js';
 import { type CliContext, CommandError } from './context.js';
@@ -19,9 +22,12 @@ function statusOf(key: ApiKey, now: number): string {
  * @example
  * npx playbook keys list --account demo
  * npx playbook keys revoke 3fZk9QwPq0LmT2Ab
+ * npx playbook keys scan .
  */
 export function registerKeysCommand(program: Command, context: CliContext): void {
-  const keys = program.command('keys').description("list or revoke an account's API keys");
+  const keys = program
+    .command('keys')
+    .description("list or revoke an account's API keys, or scan files for keys");
 
   keys
     .command('list')
@@ -72,4 +78,63 @@ export function registerKeysCommand(program: Command, context: CliContext): void
         await services.close();
       }
     });
+
+  keys
+    .command('scan')
+    .description(
+      'find API keys in files, checking their checksums offline; exit 1 when one is found (D22). Folders are walked, but for .git and node_modules',
+    )
+    .argument('<path...>', 'files or folders')
+    .action(async (paths: string[], _options: unknown, command: Command) => {
+      let keysFound = 0;
+      let lookAlikes = 0;
+      for (const start of paths) {
+        const stat = await fs.lstat(start).catch(() => null);
+        if (!stat) command.error(`error: ${JSON.stringify(start)} does not exist`);
+        for await (const file of filesUnder(start, stat!.isDirectory())) {
+          // Keys are ASCII: read as Latin-1, any file (binary too) keeps every key byte for byte.
+          const text = await fs.readFile(file, 'latin1');
+          for (const found of findApiKeys(text)) {
+            if (!found.parsed) {
+              lookAlikes++;
+              continue;
+            }
+            keysFound++;
+            const { environment, keyId } = found.parsed;
+            // The key id is public; the secret is never printed.
+            context.stdout.write(
+              `${printable(file)}:${found.line}:${found.column}: ${environment} API key ${keyId} (checksum holds)\n`,
+            );
+          }
+        }
+      }
+      const ignored =
+        lookAlikes === 0
+          ? ''
+          : `; ${lookAlikes} look-alike${lookAlikes === 1 ? '' : 's'} with a failing checksum ignored`;
+      if (keysFound > 0) {
+        throw new CommandError(
+          `found ${keysFound} API key${keysFound === 1 ? '' : 's'}${ignored}: revoke ${keysFound === 1 ? 'it' : 'them'} (or roll) and remove ${keysFound === 1 ? 'it' : 'them'} from the files`,
+        );
+      }
+      context.stdout.write(`no API keys found${ignored}\n`);
+    });
+}
+
+/** Folders that hold other people's files or history, not the project's own. */
+const SKIPPED = new Set(['.git', 'node_modules']);
+
+/** Regular files at or under `start`; symbolic links are not followed. */
+async function* filesUnder(start: string, isDirectory: boolean): AsyncGenerator<string> {
+  if (!isDirectory) {
+    yield start;
+    return;
+  }
+  const entries = await fs.readdir(start, { withFileTypes: true });
+  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  for (const entry of entries) {
+    const child = path.join(start, entry.name);
+    if (entry.isDirectory() && !SKIPPED.has(entry.name)) yield* filesUnder(child, true);
+    else if (entry.isFile()) yield child;
+  }
 }

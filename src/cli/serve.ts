@@ -23,6 +23,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         rateLimits: services.rateLimits,
         readiness: services.readiness,
         keys: services.identity.keys,
+        ...(services.identity.leakSignatures ? { leakSignatures: services.identity.leakSignatures } : {}),
         trustProxy: config.trustProxy,
         timeouts: config.timeouts,
         logger,

@@ -32,8 +32,11 @@ const STATUS_DESCRIPTIONS: Record<string, string> = {
   '401': 'No credential, or one that is malformed, unknown, expired, revoked or of the other environment',
   '403': 'The credential lacks the scope, account or plan the operation needs',
   '404': 'Not found, or not visible to the caller: the two are answered alike',
+  '409':
+    'The state of what the request names forbids it: `key_inactive`, a revoked or expired key cannot be rolled',
   '429': 'Too many requests for this credential, or too many failed authentications from this address',
   '500': 'The service could not complete the request; the request id finds it in the logs',
+  '501': 'This deployment is not set up for the operation: leak reports need PLAYBOOK_LEAK_REPORT_KEYS_URL',
   '503': 'A backend of the service is unavailable; retry with backoff',
 };
 
@@ -104,7 +107,8 @@ const TAGS = [
   },
   {
     name: 'identity',
-    description: 'Creating, listing and revoking API keys with a user access token (contract.md §4.5, D8)',
+    description:
+      'Creating, listing, revoking and rolling API keys with a user access token (contract.md §4.5, D8, D22), and reports of leaked keys',
   },
 ];
 
@@ -150,6 +154,13 @@ export function openapiOptions(): SwaggerOptions {
             bearerFormat: 'JWT',
             description:
               'A user access token, verified as RFC8725 recommends: signed with an allow-listed asymmetric algorithm (never none or HS*), exp required and at most PLAYBOOK_JWT_MAX_TTL_S away, iss and aud checked when configured',
+          },
+          leakReportSignature: {
+            type: 'apiKey',
+            in: 'header',
+            name: 'Github-Public-Key-Signature',
+            description:
+              'A leak report is its own credential: an ECDSA P-256 signature of the raw body (base64 DER), by the key Github-Public-Key-Identifier names among those listed at PLAYBOOK_LEAK_REPORT_KEYS_URL',
           },
         },
       },

@@ -4,12 +4,14 @@ import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import {
   AuthenticationError,
+  ConflictError,
   ForbiddenError,
   InputError,
   type InputLocation,
   type InputProblem,
   LimitError,
   MethodNotAllowedError,
+  NotConfiguredError,
   NotFoundError,
   RateLimitError,
   UnavailableError,
@@ -32,6 +34,7 @@ const TITLES: Record<ProblemCode, string> = {
   plan_required: 'Plan required',
   not_found: 'Not found',
   method_not_allowed: 'Method not allowed',
+  key_inactive: 'Key not active',
   request_timeout: 'Request timeout',
   headers_too_large: 'Request headers too large',
   rate_limited: 'Too many requests',
@@ -180,6 +183,10 @@ function classify(error: FastifyError | Error): {
   if (error instanceof NotFoundError) return { status: 404, code: 'not_found', detail: error.message };
   if (error instanceof MethodNotAllowedError) {
     return { status: 405, code: 'method_not_allowed', detail: error.message };
+  }
+  if (error instanceof ConflictError) return { status: 409, code: error.reason, detail: error.message };
+  if (error instanceof NotConfiguredError) {
+    return { status: 501, code: 'not_implemented', detail: error.message };
   }
   if (error instanceof RateLimitError) return { status: 429, code: 'rate_limited', detail: error.message };
   // Backends translate their outages where they happen (the database adapter, the S3 store).

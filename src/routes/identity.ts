@@ -1,15 +1,23 @@
+import { hash } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
-import type { FastifyRequest } from 'fastify';
-import type { ApiKeyService, KeyManager } from '../auth/api-key-service.js';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { type ApiKeyService, DEFAULT_ROLL_OVERLAP_S, type KeyManager } from '../auth/api-key-service.js';
+import { KEY_IDENTIFIER_HEADER, type LeakReportSignatures, SIGNATURE_HEADER } from '../auth/leak-reports.js';
+import type { AccessLimiter } from '../auth/rate-limits.js';
+import { AuthenticationError, NotConfiguredError } from '../errors.js';
 import { Answer, routeSerializer, sendAnswer } from '../http/answer.js';
+import { jsonBodyParser } from '../http/json-body.js';
 import { notModifiedResponse, problemResponses } from '../schemas/common.js';
 import {
   ApiKeyPage,
   ApiKeyParams,
   CreateApiKeyBody,
   CreatedApiKey,
+  LeakReport,
+  LeakVerdicts,
   ListApiKeysQuery,
+  RollApiKeyBody,
 } from '../schemas/identity.js';
 
 const security: { [scheme: string]: string[] }[] = [{ accessToken: [] }];
@@ -23,9 +31,24 @@ function managerOf(request: FastifyRequest): KeyManager {
   return credential;
 }
 
-/** Key management of D8: create (contract §4.5), list and revoke. */
-export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
+export interface IdentityRouteOptions {
+  /**
+   * Failed leak-report signatures count against the address, as failed credentials do, and reports
+   * against their signing key, as requests against their credential (D10).
+   */
+  readonly limiter: AccessLimiter;
+  /** D22's leak reports; without them the operation answers 501. */
+  readonly leakSignatures?: LeakReportSignatures;
+}
+
+/** Key management of D8 and D22: create (contract §4.5), list, revoke, roll, and leak reports. */
+export function identityRoutes(
+  keys: ApiKeyService,
+  options: IdentityRouteOptions,
+): FastifyPluginAsyncTypebox {
   return async (app) => {
+    await app.register(leakReportRoute(keys, options));
+
     app.post(
       '/v3/identity/api-keys',
       {
@@ -103,6 +126,119 @@ export function identityRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
       async (request, reply) => {
         await keys.revokeFor(managerOf(request), request.params.keyId);
         return reply.code(204).send(null);
+      },
+    );
+
+    app.post(
+      '/v3/identity/api-keys/:keyId/roll',
+      {
+        config: KEY_MANAGEMENT,
+        // No body at all is the same as an empty one: the overlap has a default.
+        preValidation: (request, _reply, done) => {
+          request.body ??= {};
+          done();
+        },
+        schema: {
+          operationId: 'rollApiKey',
+          summary: 'Replace an API key with a new one, the old one working on for an overlap',
+          description:
+            'Mints a key of the same name, account and scopes (D22), without expiry; the old key keeps working for overlapSeconds, then expires. Rotation in one call, with no moment when neither key works. A revoked or expired key cannot be rolled (409 key_inactive); a key of an account the user may not act for is 404.',
+          tags: ['identity'],
+          security,
+          params: ApiKeyParams,
+          body: RollApiKeyBody,
+          response: {
+            201: {
+              ...CreatedApiKey,
+              description: 'The new key, with its key string: keep it now, it is never shown again',
+            },
+            ...problemResponses(400, 401, 404, 409, 429, 500, 503),
+          },
+        },
+      },
+      async (request, reply) => {
+        const overlap = request.body.overlapSeconds ?? DEFAULT_ROLL_OVERLAP_S;
+        const rolled = await keys.rollFor(managerOf(request), request.params.keyId, overlap);
+        reply.code(201).header('cache-control', 'no-store');
+        return rolled;
+      },
+    );
+  };
+}
+
+/** The raw bytes of each leak report, which its signature covers. */
+const rawBodies = new WeakMap<FastifyRequest, Buffer>();
+
+function headerOf(request: FastifyRequest, name: string): string | undefined {
+  const value = request.headers[name];
+  return typeof value === 'string' ? value : undefined;
+}
+
+/**
+ * D22: leak reports in the secret scanning partner program's format. Its own plugin, so that the
+ * JSON parser that keeps the signed bytes applies to this route alone.
+ */
+function leakReportRoute(keys: ApiKeyService, options: IdentityRouteOptions): FastifyPluginAsyncTypebox {
+  return async (app) => {
+    app.removeContentTypeParser('application/json');
+    app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+      rawBodies.set(request, body as Buffer);
+      jsonBodyParser(request, body, done);
+    });
+
+    // The signature is checked before the body is: an unsigned caller learns nothing of the format.
+    const verifySignature = async (request: FastifyRequest, reply: FastifyReply) => {
+      const signatures = options.leakSignatures;
+      if (!signatures) {
+        throw new NotConfiguredError(
+          'leak reports are not set up on this deployment (PLAYBOOK_LEAK_REPORT_KEYS_URL)',
+        );
+      }
+      const identifier = headerOf(request, KEY_IDENTIFIER_HEADER);
+      try {
+        await signatures.verify(
+          rawBodies.get(request) ?? Buffer.alloc(0),
+          identifier,
+          headerOf(request, SIGNATURE_HEADER),
+        );
+      } catch (error) {
+        if (error instanceof AuthenticationError) await options.limiter.recordFailure(request, reply);
+        throw error;
+      }
+      // Reports signed by one key share a budget, as requests made with one API key do (D10).
+      await options.limiter.consume(request, reply, `leak-signer:${identifier}`);
+    };
+
+    app.post(
+      '/v3/identity/api-keys/leaks',
+      {
+        bodyLimit: 1024 * 1024,
+        preValidation: verifySignature,
+        schema: {
+          operationId: 'reportLeakedApiKeys',
+          summary: 'Report leaked API keys; every live one is revoked at once',
+          description:
+            "For GitHub's secret scanning partner program (D22): a JSON array of { token, type, url, source }, signed with ECDSA P-256 over the raw body. Github-Public-Key-Identifier names the key among those listed at PLAYBOOK_LEAK_REPORT_KEYS_URL, Github-Public-Key-Signature carries the base64 DER signature; no other credential is taken. Each reported token that is a key of this deployment is revoked on every instance within a second. The answer is the program's feedback format, one verdict per token, naming the token by its SHA-256.",
+          tags: ['identity'],
+          security: [{ leakReportSignature: [] }],
+          body: LeakReport,
+          response: {
+            200: { ...LeakVerdicts, description: 'One verdict per reported token, in the order reported' },
+            ...problemResponses(400, 401, 429, 500, 501, 503),
+          },
+        },
+      },
+      async (request, reply) => {
+        const verdicts: LeakVerdicts = [];
+        for (const item of request.body) {
+          verdicts.push({
+            token_hash: hash('sha256', item.token),
+            token_type: item.type,
+            label: await keys.revokeLeaked(item.token, item.url),
+          });
+        }
+        reply.header('cache-control', 'no-store');
+        return verdicts;
       },
     );
   };

@@ -127,6 +127,7 @@ export const ProblemCode = StringEnum([
   'plan_required',
   'not_found',
   'method_not_allowed',
+  'key_inactive',
   'request_timeout',
   'headers_too_large',
   'rate_limited',

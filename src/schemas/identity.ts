@@ -89,3 +89,58 @@ export const ListApiKeysQuery = Type.Object(
   { additionalProperties: false },
 );
 export const ApiKeyParams = Type.Object({ keyId: ApiKeyId });
+
+/** D22: how long the old key of a roll keeps working, in seconds. */
+export const RollApiKeyBody = Type.Object(
+  {
+    overlapSeconds: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 604_800,
+        default: 86_400,
+        description:
+          'how long the old key keeps working, 0 to 604800 seconds (a week); one day when left out; 0 ends it at once',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type RollApiKeyBody = Static<typeof RollApiKeyBody>;
+
+/** The verdicts of the secret scanning partner program's feedback format. */
+export const LEAK_LABELS = ['true_positive', 'false_positive'] as const;
+
+/** D22: a leak report, in the payload format of GitHub's secret scanning partner program. */
+export const LeakReport = Type.Array(
+  Type.Object(
+    {
+      token: Type.String({ minLength: 1, maxLength: 1000, description: 'the string found' }),
+      type: Type.String({ maxLength: 200, description: "the reporter's name for the kind of secret" }),
+      url: Type.Optional(Type.String({ maxLength: 2048, description: 'where the string was found' })),
+      source: Type.Optional(
+        Type.String({ maxLength: 100, description: 'what kind of place that is (content, commit, npm…)' }),
+      ),
+    },
+    // The reporter's format may gain fields: they are kept out of the verdict, not refused.
+    { additionalProperties: true },
+  ),
+  { minItems: 1, maxItems: 1000 },
+);
+export type LeakReport = Static<typeof LeakReport>;
+
+export const LeakVerdicts = Type.Array(
+  Type.Object({
+    token_hash: Type.String({
+      pattern: '^[0-9a-f]{64}$',
+      maxLength: 64,
+      description: 'SHA-256 of the reported token, hex: the token itself is never echoed',
+    }),
+    token_type: Type.String({ maxLength: 200, description: 'the type the report gave' }),
+    label: StringEnum(LEAK_LABELS, {
+      description:
+        'true_positive: a key of this deployment, now revoked (or already); false_positive: anything else',
+    }),
+  }),
+  { maxItems: 1000 },
+);
+export type LeakVerdicts = Static<typeof LeakVerdicts>;

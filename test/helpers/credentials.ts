@@ -119,6 +119,7 @@ export async function buildIdentityApp(
     rateLimits: identity.rateLimits,
     readiness: [],
     keys: identity.keys,
+    ...(identity.leakSignatures ? { leakSignatures: identity.leakSignatures } : {}),
     ...(logger ? { logger } : {}),
     ...(identity.config
       ? { timeouts: identity.config.timeouts, trustProxy: identity.config.trustProxy }

@@ -4,6 +4,7 @@ import { Writable } from 'node:stream';
 import { decodeJwt } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEV_KEY_FILE } from '../../src/auth/dev-signer.js';
+import { composeApiKey } from '../../src/auth/key-format.js';
 import { main } from '../../src/cli/program.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
@@ -157,6 +158,64 @@ describe('playbook token and playbook keys (D14)', () => {
       expect((await run(['keys', 'revoke'])).code).toBe(2);
       expect((await run(['keys', 'list'])).code).toBe(2);
       expect((await run(['keys', 'list', '--account', 'bad id'])).code).toBe(2);
+    });
+  });
+
+  describe('playbook keys scan (D22)', () => {
+    const real = composeApiKey('test', 'Kq3ZkQwPq0LmT2Ab', 'a'.repeat(33));
+    const live = composeApiKey('live', 'LvZkQwPq0LmT2Ab9', 'b'.repeat(33));
+    const lookAlike = `${real.slice(0, -1)}${real.endsWith('A') ? 'B' : 'A'}`;
+    let dir: string;
+
+    beforeAll(async () => {
+      dir = await fs.mkdtemp(path.join(backend.workDir, 'scan-'));
+      const files: Record<string, string | Buffer> = {
+        'app/.env': `# settings\nPORT=8080\n  PLAYBOOK_KEY=${real}\n`,
+        'app/docs.md': `Keys look like ${lookAlike}; svc_sk_test_short_x is not one.\n`,
+        'app/deep/nested/config.json': JSON.stringify({ key: live }),
+        'app/clean.txt': 'nothing here\n',
+        'app/node_modules/pkg/index.js': `const k = "${real}";`,
+        'app/.git/objects/blob': real,
+        'app/glued.txt': `x${real} ${real}9 prefix_${real}`,
+        'bin/image.bin': Buffer.concat([Buffer.from([0, 255, 1, 2]), Buffer.from(real), Buffer.from([0])]),
+      };
+      for (const [name, content] of Object.entries(files)) {
+        await fs.mkdir(path.dirname(path.join(dir, name)), { recursive: true });
+        await fs.writeFile(path.join(dir, name), content);
+      }
+    });
+
+    it('exits 1 naming where each well-formed key is, by id, never printing a secret', async () => {
+      const result = await run(['keys', 'scan', path.join(dir, 'app'), path.join(dir, 'bin/image.bin')]);
+      expect(result.code).toBe(1);
+      expect(result.stdout).toBe(
+        [
+          `${path.join(dir, 'app/.env')}:3:16: test API key Kq3ZkQwPq0LmT2Ab (checksum holds)`,
+          `${path.join(dir, 'app/deep/nested/config.json')}:1:9: live API key LvZkQwPq0LmT2Ab9 (checksum holds)`,
+          `${path.join(dir, 'bin/image.bin')}:1:5: test API key Kq3ZkQwPq0LmT2Ab (checksum holds)`,
+          '',
+        ].join('\n'),
+      );
+      expect(result.stderr).toBe(
+        'playbook: found 3 API keys; 2 look-alikes with a failing checksum ignored: revoke them (or roll) and remove them from the files\n',
+      );
+      for (const secret of [real, live].map((key) => key.split('_')[4]!)) {
+        expect(result.stdout + result.stderr).not.toContain(secret);
+      }
+    });
+
+    it('exits 0 when there is none, and 2 for a path that does not exist', async () => {
+      expect(
+        await run(['keys', 'scan', path.join(dir, 'app/clean.txt'), path.join(dir, 'app/docs.md')]),
+      ).toEqual({
+        code: 0,
+        stdout: 'no API keys found; 1 look-alike with a failing checksum ignored\n',
+        stderr: '',
+      });
+      const missing = await run(['keys', 'scan', path.join(dir, 'nowhere')]);
+      expect(missing.code).toBe(2);
+      expect(missing.stderr).toContain('does not exist');
+      expect((await run(['keys', 'scan'])).code).toBe(2);
     });
   });
 });
