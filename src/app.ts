@@ -21,7 +21,7 @@ import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } fr
 import { CREDENTIAL_PARAMETERS, installAccessLog } from './http/access-log.js';
 import { jsonBodyParser } from './http/json-body.js';
 import { openapiOptions } from './http/openapi.js';
-import { handleClientError, handleError, writeRawProblem } from './http/problem.js';
+import { answerUnmetExpectation, handleClientError, handleError, writeRawProblem } from './http/problem.js';
 import { normalizeQuery, refuseQueryProblems } from './http/query.js';
 import { identityRoutes } from './routes/identity.js';
 import { operationsRoutes, type ReadinessCheck } from './routes/operations.js';
@@ -74,6 +74,12 @@ function credentialInQuery(query: unknown): InputError | undefined {
     }
   }
   return undefined;
+}
+
+/** RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400. */
+function missingHost(request: IncomingMessage): InputError | undefined {
+  if (request.headers.host !== undefined || request.httpVersion === '1.0') return undefined;
+  return InputError.of('header', 'host', 'is required in HTTP/1.1');
 }
 
 const validators = AjvCompiler();
@@ -143,6 +149,8 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     requestTimeout: timeouts.requestMs,
     keepAliveTimeout: timeouts.keepAliveMs,
     http: {
+      // A missing Host is refused below with a problem document, rather than by Node with a bare 400.
+      requireHostHeader: false,
       headersTimeout: timeouts.requestMs,
       connectionsCheckingInterval: Math.min(1000, timeouts.requestMs),
     },
@@ -183,6 +191,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   app.server.on('connect', (_request: IncomingMessage, socket: Duplex) =>
     writeRawProblem(socket, 501, 'not_implemented', 'CONNECT is not supported: the service is no proxy.'),
   );
+  app.server.on('checkExpectation', answerUnmetExpectation);
 
   let draining = false;
   app.addHook('preClose', async () => {
@@ -192,7 +201,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
     if (draining) done(new UnavailableError('the service is shutting down; retry with backoff'));
-    else done(credentialInQuery(request.query));
+    else done(missingHost(request.raw) ?? credentialInQuery(request.query));
   });
   // While draining, every answer closes its connection: an idle keep-alive socket would otherwise
   // hold the server open until its timeout.

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES } from 'node:http';
+import { type IncomingMessage, type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import {
@@ -36,6 +36,7 @@ const TITLES: Record<ProblemCode, string> = {
   method_not_allowed: 'Method not allowed',
   key_inactive: 'Key not active',
   request_timeout: 'Request timeout',
+  expectation_failed: 'Expectation failed',
   headers_too_large: 'Request headers too large',
   rate_limited: 'Too many requests',
   internal: 'Internal error',
@@ -271,6 +272,27 @@ export function handleClientError(error: Error & { code?: string }, socket: Dupl
         ? [431, 'headers_too_large', 'The request headers are larger than the service accepts.']
         : [400, 'invalid_request', 'The request is not valid HTTP.'];
   writeRawProblem(socket, status, code, detail);
+}
+
+/**
+ * A request with an `Expect` other than `100-continue`, which Node answers before any route runs
+ * (RFC 9110 §10.1.1): a 417 problem document rather than Node's bare one.
+ */
+export function answerUnmetExpectation(request: IncomingMessage, response: ServerResponse): void {
+  const requestId = randomUUID();
+  const body = JSON.stringify(
+    problem(417, 'expectation_failed', 'Expect takes only 100-continue here.', requestId),
+  );
+  response
+    .writeHead(417, {
+      'content-type': PROBLEM_CONTENT_TYPE,
+      'content-length': Buffer.byteLength(body),
+      'x-request-id': requestId,
+      'cache-control': 'no-store',
+      connection: 'close',
+    })
+    .end(body);
+  request.resume();
 }
 
 /** A problem document written straight to a socket that no request or reply stands for; closes it. */

@@ -129,6 +129,7 @@ export const ProblemCode = StringEnum([
   'method_not_allowed',
   'key_inactive',
   'request_timeout',
+  'expectation_failed',
   'headers_too_large',
   'rate_limited',
   'internal',

@@ -154,6 +154,21 @@ describe('defects of the outside review (issue 8)', () => {
       );
     });
 
+    it('answers an HTTP/1.1 request without Host 400 naming the header, and an Expect it cannot meet 417', async () => {
+      const hostless = await rawExchange(port, 'GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n');
+      expectRawProblem(hostless, 400, 'invalid_request');
+      expect(JSON.parse(hostless.body).errors).toEqual([
+        { in: 'header', name: 'host', message: 'is required in HTTP/1.1' },
+      ]);
+      // HTTP/1.0 has no Host requirement.
+      expect((await rawExchange(port, 'GET /healthz HTTP/1.0\r\n\r\n')).status).toBe(200);
+      expectRawProblem(
+        await rawExchange(port, 'GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\n\r\n'),
+        417,
+        'expectation_failed',
+      );
+    });
+
     it('answers a known path asked with another method 405, naming its methods in Allow', async () => {
       for (const [method, url, allow] of [
         ['DELETE', '/v3/playbook/catalogs', 'GET, HEAD'],
