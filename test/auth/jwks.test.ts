@@ -1,64 +1,10 @@
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import { type CryptoKey, exportJWK, generateKeyPair, type JWK, SignJWT } from 'jose';
+import { SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenCatalog } from '../helpers/fixtures.js';
-
-const ISSUER = 'https://id.example.test';
-const AUDIENCE = 'playbook';
-
-interface SigningKey {
-  readonly kid: string;
-  readonly alg: 'RS256' | 'ES256';
-  readonly privateKey: CryptoKey;
-  readonly publicJwk: JWK;
-}
-
-async function signingKey(kid: string, alg: 'RS256' | 'ES256'): Promise<SigningKey> {
-  const { privateKey, publicKey } = await generateKeyPair(alg);
-  return { kid, alg, privateKey, publicJwk: { ...(await exportJWK(publicKey)), kid, alg, use: 'sig' } };
-}
-
-function sign(key: SigningKey, claims: { sub: string; accounts: string[] }, ttl = '10m'): Promise<string> {
-  return new SignJWT({ accounts: claims.accounts })
-    .setProtectedHeader({ alg: key.alg, kid: key.kid })
-    .setSubject(claims.sub)
-    .setIssuer(ISSUER)
-    .setAudience(AUDIENCE)
-    .setIssuedAt()
-    .setExpirationTime(ttl)
-    .sign(key.privateKey);
-}
-
-/** An identity provider's key endpoint: a real HTTP server on 127.0.0.1 that counts its fetches. */
-class JwksServer {
-  keys: JWK[] = [];
-  fetches = 0;
-  /** Serve a document that is JSON but no key set, as a misconfigured provider might. */
-  malformed = false;
-  private readonly server = http.createServer((request, response) => {
-    if (request.url !== '/.well-known/jwks.json') {
-      response.writeHead(404).end();
-      return;
-    }
-    this.fetches++;
-    const body = this.malformed ? { keys: 'not a list of keys' } : { keys: this.keys };
-    response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
-  });
-
-  async start(): Promise<string> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/.well-known/jwks.json`;
-  }
-
-  stop(): Promise<void> {
-    this.server.closeAllConnections();
-    return new Promise((resolve) => this.server.close(() => resolve()));
-  }
-}
+import { AUDIENCE, ISSUER, JwksServer, type SigningKey, sign, signingKey } from '../helpers/jwks.js';
 
 describe('access tokens from a remote JWKS (D9)', () => {
   let backend: TestBackend;

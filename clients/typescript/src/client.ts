@@ -1,0 +1,251 @@
+import { parseApiKey } from './api-key.js';
+import type { components, operations } from './openapi.js';
+import { type Call, MemoryCache, type PlaybookCache, type ResponseInfo, Transport } from './transport.js';
+
+type Schemas = components['schemas'];
+type Json<Op extends keyof operations, Status extends number> = operations[Op]['responses'] extends {
+  [S in Status]: { content: { 'application/json': infer Body } };
+}
+  ? Body
+  : never;
+type Query<Op extends keyof operations> = NonNullable<operations[Op]['parameters']['query']>;
+type Body<Op extends keyof operations> = operations[Op] extends {
+  requestBody?: { content: { 'application/json': infer B } };
+}
+  ? B
+  : never;
+
+export type Catalog = Schemas['Catalog'];
+export type Resource = Schemas['Resource'];
+export type ResourceListItem = Schemas['ResourceListItem'];
+export type ResourceVersion = Schemas['ResourceVersion'];
+export type ResourceVersionSummary = Schemas['ResourceVersionSummary'];
+export type Problem = Schemas['Problem'];
+export type CatalogPage = Json<'listPlaybookCatalogs', 200>;
+export type ResourcePage = Json<'listPlaybookCatalogResources', 200>;
+export type VersionPage = Json<'listPlaybookResourceVersions', 200>;
+export type ApiKeyPage = Json<'listApiKeys', 200>;
+export type ApiKey = ApiKeyPage['data'][number];
+export type CreatedApiKey = Json<'createApiKey', 201>;
+export type CreateApiKeyInput = Body<'createApiKey'>;
+export type RollApiKeyInput = NonNullable<Body<'rollApiKey'>>;
+export type CatalogQuery = Query<'listPlaybookCatalogs'>;
+export type ResourceQuery = Query<'listPlaybookCatalogResources'>;
+export type VersionQuery = Query<'listPlaybookResourceVersions'>;
+export type ApiKeyQuery = Query<'listApiKeys'>;
+export type Owner = operations['listPlaybookCatalogResources']['parameters']['path']['owner'];
+
+export interface PlaybookOptions {
+  /** A secret API key (`svc_sk_…`), sent as `x-api-key`; server-side code only. */
+  readonly apiKey?: string;
+  /** A user access token, sent as `Authorization: Bearer`; key management needs one. */
+  readonly accessToken?: string;
+  /** Where the service is: `https://playbook.example.com`. */
+  readonly baseUrl: string;
+  /** The account to act for, sent as `x-account-id` (an access token listing several needs it). */
+  readonly accountId?: string;
+  /** How long one attempt may take before it is abandoned (and retried when that is safe); 30 s. */
+  readonly timeoutMs?: number;
+  /** Retries after the first attempt; 3. Zero turns retrying off. */
+  readonly maxRetries?: number;
+  /** The first backoff ceiling; it doubles per retry. 250 ms. */
+  readonly retryBaseMs?: number;
+  /** No single wait is longer: a `Retry-After` beyond it ends the call with the error. 20 s. */
+  readonly maxRetryDelayMs?: number;
+  /** `true` for an in-memory cache, or a store of your own: reads revalidate with `If-None-Match`. */
+  readonly cache?: boolean | PlaybookCache;
+  /** The `fetch` to use; Node's own by default. */
+  readonly fetch?: typeof fetch;
+  /** Told of every final answer: status, request id, rate-limit budget, whether it came from cache. */
+  readonly onResponse?: (info: ResponseInfo) => void;
+}
+
+/** Per-call options. */
+export interface CallOptions {
+  /** Abandons the call, retries and waits included; the call rejects with the signal's reason. */
+  readonly signal?: AbortSignal;
+}
+
+interface PageShape<T> {
+  readonly data: readonly T[];
+  readonly meta: { readonly page: number; readonly pageCount: number };
+}
+
+/** Every item of every page, fetched one page at a time as the loop asks for them. */
+async function* everyItem<T>(
+  fetchPage: (page: number) => Promise<PageShape<T>>,
+  firstPage = 1,
+): AsyncGenerator<T, void, undefined> {
+  for (let page = firstPage; ; page++) {
+    const answer = await fetchPage(page);
+    yield* answer.data;
+    if (answer.meta.page >= answer.meta.pageCount || answer.data.length === 0) return;
+  }
+}
+
+const segment = encodeURIComponent;
+
+/**
+ * The Playbook API.
+ *
+ * @example
+ * const playbook = new Playbook({ apiKey: process.env.PLAYBOOK_API_KEY, baseUrl: 'https://playbook.example.com' });
+ * for await (const catalog of playbook.catalogs.iterate()) console.log(catalog.slug);
+ */
+export class Playbook {
+  private readonly transport: Transport;
+
+  constructor(options: PlaybookOptions) {
+    const { apiKey, accessToken } = options;
+    if ((apiKey === undefined) === (accessToken === undefined)) {
+      throw new TypeError('Playbook: give exactly one of apiKey and accessToken');
+    }
+    if (apiKey !== undefined && !parseApiKey(apiKey)?.checksumValid) {
+      // The key itself is never part of a message.
+      throw new TypeError('Playbook: apiKey is not a valid API key (its format or checksum does not hold)');
+    }
+    const credential =
+      apiKey !== undefined
+        ? { header: 'x-api-key', value: apiKey, cacheName: async () => `key:${parseApiKey(apiKey)!.keyId}` }
+        : { header: 'authorization', value: `Bearer ${accessToken}`, cacheName: digestName(accessToken!) };
+    const cache = options.cache === true ? new MemoryCache() : options.cache || undefined;
+    this.transport = new Transport({
+      baseUrl: options.baseUrl.endsWith('/') ? options.baseUrl : `${options.baseUrl}/`,
+      credential,
+      accountId: options.accountId,
+      timeoutMs: options.timeoutMs ?? 30_000,
+      maxRetries: options.maxRetries ?? 3,
+      retryBaseMs: options.retryBaseMs ?? 250,
+      maxRetryDelayMs: options.maxRetryDelayMs ?? 20_000,
+      cache,
+      fetch: options.fetch ?? globalThis.fetch,
+      onResponse: options.onResponse,
+    });
+  }
+
+  private get<T>(operation: string, path: string, query: Call['query'], options: CallOptions): Promise<T> {
+    return this.transport.send<T>({
+      operation,
+      method: 'GET',
+      path,
+      query,
+      idempotent: true,
+      signal: options.signal,
+    });
+  }
+
+  /** Catalogs the caller may read: the service's and its account's. */
+  readonly catalogs = {
+    list: (query: CatalogQuery = {}, options: CallOptions = {}): Promise<CatalogPage> =>
+      this.get('listPlaybookCatalogs', 'v3/playbook/catalogs', query, options),
+    iterate: (
+      query: CatalogQuery = {},
+      options: CallOptions = {},
+    ): AsyncGenerator<Catalog, void, undefined> =>
+      everyItem((page) => this.catalogs.list({ ...query, page }, options), query.page),
+  };
+
+  /** Resources: a Catalog's list, one Resource, and its versions. */
+  readonly resources = {
+    list: (
+      owner: Owner,
+      catalogSlug: string,
+      query: ResourceQuery = {},
+      options: CallOptions = {},
+    ): Promise<ResourcePage> =>
+      this.get(
+        'listPlaybookCatalogResources',
+        `v3/playbook/catalogs/${segment(owner)}/${segment(catalogSlug)}/resources`,
+        query,
+        options,
+      ),
+    iterate: (
+      owner: Owner,
+      catalogSlug: string,
+      query: ResourceQuery = {},
+      options: CallOptions = {},
+    ): AsyncGenerator<ResourceListItem, void, undefined> =>
+      everyItem((page) => this.resources.list(owner, catalogSlug, { ...query, page }, options), query.page),
+    get: (resourceId: string, options: CallOptions = {}): Promise<Resource> =>
+      this.get('getPlaybookResource', `v3/playbook/resources/${segment(resourceId)}`, undefined, options),
+    versions: (
+      resourceId: string,
+      query: VersionQuery = {},
+      options: CallOptions = {},
+    ): Promise<VersionPage> =>
+      this.get(
+        'listPlaybookResourceVersions',
+        `v3/playbook/resources/${segment(resourceId)}/versions`,
+        query,
+        options,
+      ),
+    iterateVersions: (
+      resourceId: string,
+      query: VersionQuery = {},
+      options: CallOptions = {},
+    ): AsyncGenerator<ResourceVersionSummary, void, undefined> =>
+      everyItem((page) => this.resources.versions(resourceId, { ...query, page }, options), query.page),
+  };
+
+  /** One Resource Version, with its content. */
+  readonly versions = {
+    get: (resourceId: string, versionId: string, options: CallOptions = {}): Promise<ResourceVersion> =>
+      this.get(
+        'getPlaybookResourceVersion',
+        `v3/playbook/resources/${segment(resourceId)}/versions/${segment(versionId)}`,
+        undefined,
+        options,
+      ),
+  };
+
+  /** Key management, with an access token. */
+  readonly apiKeys = {
+    /** Mints a key; the answer's `key` is shown once. Not retried after a failure of unknown outcome. */
+    create: (input: CreateApiKeyInput, options: CallOptions = {}): Promise<CreatedApiKey> =>
+      this.transport.send({
+        operation: 'createApiKey',
+        method: 'POST',
+        path: 'v3/identity/api-keys',
+        body: input,
+        idempotent: false,
+        signal: options.signal,
+      }),
+    list: (query: ApiKeyQuery, options: CallOptions = {}): Promise<ApiKeyPage> =>
+      this.get('listApiKeys', 'v3/identity/api-keys', query, options),
+    iterate: (query: ApiKeyQuery, options: CallOptions = {}): AsyncGenerator<ApiKey, void, undefined> =>
+      everyItem((page) => this.apiKeys.list({ ...query, page }, options), query.page),
+    /** Revokes a key; idempotent, so retried like a read. */
+    revoke: (keyId: string, options: CallOptions = {}): Promise<void> =>
+      this.transport.send({
+        operation: 'revokeApiKey',
+        method: 'DELETE',
+        path: `v3/identity/api-keys/${segment(keyId)}`,
+        idempotent: true,
+        signal: options.signal,
+      }),
+    /** Replaces a key; the old one works for `overlapSeconds` (one day by default), then expires. */
+    roll: (keyId: string, input: RollApiKeyInput = {}, options: CallOptions = {}): Promise<CreatedApiKey> =>
+      this.transport.send({
+        operation: 'rollApiKey',
+        method: 'POST',
+        path: `v3/identity/api-keys/${segment(keyId)}/roll`,
+        body: input,
+        idempotent: false,
+        signal: options.signal,
+      }),
+  };
+}
+
+/** A cache name for a token that does not hold the token: the hex SHA-256 of it, computed once. */
+function digestName(token: string): () => Promise<string> {
+  let name: Promise<string> | undefined;
+  return () => {
+    name ??= crypto.subtle
+      .digest('SHA-256', new TextEncoder().encode(token))
+      .then(
+        (digest) =>
+          `token:${Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('')}`,
+      );
+    return name;
+  };
+}

@@ -1,0 +1,274 @@
+import { PlaybookError, type ProblemField } from './errors.js';
+
+/** A representation kept for revalidation: its strong validator and its parsed body. */
+export interface CachedAnswer {
+  readonly etag: string;
+  readonly body: unknown;
+}
+
+/**
+ * Where the client keeps answers to revalidate with `If-None-Match`. Keys name the caller (by key id
+ * or a digest of the token, never the secret), the account and the URL. Any store will do: a `Map`,
+ * an LRU, a shared cache.
+ */
+export interface PlaybookCache {
+  get(key: string): CachedAnswer | undefined;
+  set(key: string, answer: CachedAnswer): void;
+}
+
+/** The default cache: the most recently used `maxEntries` answers, in memory. */
+export class MemoryCache implements PlaybookCache {
+  private readonly entries = new Map<string, CachedAnswer>();
+
+  constructor(private readonly maxEntries = 1000) {}
+
+  get(key: string): CachedAnswer | undefined {
+    const answer = this.entries.get(key);
+    if (answer) {
+      this.entries.delete(key);
+      this.entries.set(key, answer);
+    }
+    return answer;
+  }
+
+  set(key: string, answer: CachedAnswer): void {
+    this.entries.delete(key);
+    this.entries.set(key, answer);
+    if (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
+  }
+}
+
+/** What one call's final answer said, for callers that watch their budget or log request ids. */
+export interface ResponseInfo {
+  readonly operation: string;
+  readonly status: number;
+  readonly requestId: string | undefined;
+  readonly etag: string | undefined;
+  /** Whether the body came from the cache after a 304. */
+  readonly fromCache: boolean;
+  /** Requests sent, retries included. */
+  readonly attempts: number;
+  readonly rateLimit:
+    | { readonly limit: number; readonly remaining: number; readonly resetSeconds: number }
+    | undefined;
+}
+
+export type QueryValue = string | number | boolean | readonly (string | number)[] | undefined;
+
+export interface Call {
+  readonly operation: string;
+  readonly method: 'GET' | 'POST' | 'DELETE';
+  readonly path: string;
+  readonly query?: Readonly<Record<string, QueryValue>> | undefined;
+  readonly body?: unknown;
+  /** Safe to send again after a failure whose outcome is unknown (a 5xx, a lost connection). */
+  readonly idempotent: boolean;
+  readonly signal?: AbortSignal | undefined;
+}
+
+export interface TransportOptions {
+  readonly baseUrl: string;
+  readonly credential: {
+    readonly header: string;
+    readonly value: string;
+    readonly cacheName: () => Promise<string>;
+  };
+  readonly accountId: string | undefined;
+  readonly timeoutMs: number;
+  readonly maxRetries: number;
+  readonly retryBaseMs: number;
+  readonly maxRetryDelayMs: number;
+  readonly cache: PlaybookCache | undefined;
+  readonly fetch: typeof fetch;
+  readonly onResponse: ((info: ResponseInfo) => void) | undefined;
+}
+
+const USER_AGENT = 'playbook-client/0.1.0';
+
+/**
+ * Sends calls to the service: credentials, timeouts, retries with exponential backoff and full jitter
+ * (honouring `Retry-After` and `RateLimit-Reset`), revalidation with `If-None-Match`, and every refusal
+ * turned into a {@link PlaybookError}.
+ */
+export class Transport {
+  constructor(private readonly options: TransportOptions) {}
+
+  async send<T>(call: Call): Promise<T> {
+    const { options } = this;
+    const url = this.url(call);
+    const cacheKey =
+      options.cache && call.method === 'GET'
+        ? `${await options.credential.cacheName()} ${options.accountId ?? ''} ${url}`
+        : undefined;
+    const cached = cacheKey === undefined ? undefined : options.cache!.get(cacheKey);
+    const headers: Record<string, string> = {
+      accept: 'application/json',
+      'user-agent': USER_AGENT,
+      [options.credential.header]: options.credential.value,
+    };
+    if (options.accountId !== undefined) headers['x-account-id'] = options.accountId;
+    if (call.body !== undefined) headers['content-type'] = 'application/json';
+    if (cached) headers['if-none-match'] = cached.etag;
+
+    for (let attempt = 1; ; attempt++) {
+      let failure: PlaybookError;
+      let waitMs: number | undefined;
+      const timeout = AbortSignal.timeout(options.timeoutMs);
+      const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
+      try {
+        const response = await options.fetch(url, {
+          method: call.method,
+          headers,
+          ...(call.body === undefined ? {} : { body: JSON.stringify(call.body) }),
+          signal,
+        });
+        const info = (fromCache: boolean): ResponseInfo =>
+          describe(call.operation, response, fromCache, attempt);
+        if (response.status === 304 && cached) {
+          options.onResponse?.(info(true));
+          return cached.body as T;
+        }
+        const text = await response.text();
+        if (response.ok) {
+          const body = text === '' ? undefined : parseJson(text, response);
+          const etag = response.headers.get('etag');
+          if (cacheKey !== undefined && etag) options.cache!.set(cacheKey, { etag, body });
+          options.onResponse?.(info(false));
+          return body as T;
+        }
+        failure = problemOf(response, text);
+        const retryable =
+          response.status === 429 || (call.idempotent && response.status >= 500 && response.status !== 501);
+        if (!retryable) throw failure;
+        waitMs = serverWaitMs(response);
+      } catch (error) {
+        if (call.signal?.aborted) throw call.signal.reason;
+        if (error instanceof PlaybookError) throw error;
+        // No answer: the connection failed or the attempt ran out of time.
+        const timedOut = timeout.aborted;
+        failure = new PlaybookError({
+          status: 0,
+          code: timedOut ? 'timeout' : 'network_error',
+          title: timedOut ? 'Timeout' : 'Network error',
+          detail: timedOut
+            ? `no answer within ${options.timeoutMs} ms`
+            : `the request did not reach the service (${(error as Error).message})`,
+          cause: error,
+        });
+        if (!call.idempotent) throw failure;
+      }
+      if (attempt > options.maxRetries) throw failure;
+      if (waitMs !== undefined && waitMs > options.maxRetryDelayMs) throw failure;
+      await sleep(waitMs ?? this.backoffMs(attempt), call.signal);
+    }
+  }
+
+  /** Full jitter: anywhere between zero and the exponential ceiling, so that clients spread out. */
+  private backoffMs(attempt: number): number {
+    const ceiling = Math.min(this.options.maxRetryDelayMs, this.options.retryBaseMs * 2 ** (attempt - 1));
+    return Math.random() * ceiling;
+  }
+
+  private url(call: Call): string {
+    const url = new URL(call.path, this.options.baseUrl);
+    for (const [name, value] of Object.entries(call.query ?? {})) {
+      if (value === undefined) continue;
+      url.searchParams.set(name, Array.isArray(value) ? value.join(',') : String(value));
+    }
+    return url.toString();
+  }
+}
+
+function parseJson(text: string, response: Response): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new PlaybookError({
+      status: response.status,
+      code: 'invalid_response',
+      title: 'Invalid response',
+      detail: 'the answer is not JSON',
+      ...requestIdOf(response),
+    });
+  }
+}
+
+function requestIdOf(response: Response): { requestId?: string } {
+  const requestId = response.headers.get('x-request-id');
+  return requestId ? { requestId } : {};
+}
+
+/** The problem document of a refusal, or what can be said of an answer that is not one. */
+function problemOf(response: Response, text: string): PlaybookError {
+  const retryAfter = seconds(response.headers.get('retry-after'));
+  let problem: Record<string, unknown> = {};
+  try {
+    problem = JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    // A proxy's HTML page, or nothing: described by its status below.
+  }
+  const text200 = (value: unknown, fallback: string) => (typeof value === 'string' ? value : fallback);
+  return new PlaybookError({
+    status: response.status,
+    code: text200(problem.code, `http_${response.status}`),
+    title: text200(problem.title, response.statusText || `HTTP ${response.status}`),
+    detail: text200(problem.detail, `the service answered ${response.status}`),
+    ...(typeof problem.requestId === 'string' ? { requestId: problem.requestId } : requestIdOf(response)),
+    ...(Array.isArray(problem.errors) ? { errors: problem.errors as ProblemField[] } : {}),
+    ...(retryAfter === undefined ? {} : { retryAfter }),
+  });
+}
+
+/** How long the service asked to wait: `Retry-After`, else on a 429 when the window resets. */
+function serverWaitMs(response: Response): number | undefined {
+  const retryAfter = seconds(response.headers.get('retry-after'));
+  if (retryAfter !== undefined) return retryAfter * 1000;
+  if (response.status !== 429) return undefined;
+  const reset = seconds(response.headers.get('ratelimit-reset'));
+  return reset === undefined ? undefined : reset * 1000;
+}
+
+/** Seconds from `Retry-After`-style text: a number of seconds or an HTTP date. */
+function seconds(value: string | null): number | undefined {
+  if (value === null || value.trim() === '') return undefined;
+  if (/^\d+$/.test(value.trim())) return Number(value.trim());
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - Date.now()) / 1000));
+}
+
+function describe(operation: string, response: Response, fromCache: boolean, attempts: number): ResponseInfo {
+  const limit = seconds(response.headers.get('ratelimit-limit'));
+  const remaining = seconds(response.headers.get('ratelimit-remaining'));
+  const reset = seconds(response.headers.get('ratelimit-reset'));
+  return {
+    operation,
+    status: response.status,
+    requestId: response.headers.get('x-request-id') ?? undefined,
+    etag: response.headers.get('etag') ?? undefined,
+    fromCache,
+    attempts,
+    rateLimit:
+      limit === undefined || remaining === undefined || reset === undefined
+        ? undefined
+        : { limit, remaining, resetSeconds: reset },
+  };
+}
+
+/** Waits, unless the caller gives up first. */
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', abort);
+      resolve();
+    }, ms);
+    const abort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    signal?.addEventListener('abort', abort, { once: true });
+  });
+}

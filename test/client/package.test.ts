@@ -1,0 +1,112 @@
+import { execFile } from 'node:child_process';
+import fs from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import type { FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
+import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
+
+const ROOT = path.resolve(import.meta.dirname, '../..');
+const CLIENT = path.join(ROOT, 'clients/typescript');
+const run = promisify(execFile);
+
+/** D24: the package as a user gets it, and the example that uses it. */
+describe('@playbook/client as published (D24)', () => {
+  beforeAll(async () => {
+    await run('npm', ['run', 'build', '--workspace', '@playbook/client'], { cwd: ROOT });
+  }, 120_000);
+
+  it('builds ESM with declarations, and packs only those, its README and package.json', async () => {
+    const { stdout } = await run('npm', ['pack', '--dry-run', '--json'], { cwd: CLIENT });
+    const [packed] = JSON.parse(stdout) as [{ name: string; files: { path: string }[] }];
+    expect(packed.name).toBe('@playbook/client');
+    const files = packed.files.map((file) => file.path).sort();
+    expect(files).toContain('README.md');
+    expect(files).toContain('package.json');
+    expect(files).toContain('dist/index.js');
+    expect(files).toContain('dist/index.d.ts');
+    expect(files.filter((file) => !/^dist\/[a-z-]+\.(js|d\.ts)$/.test(file))).toEqual([
+      'README.md',
+      'package.json',
+    ]);
+    const manifest = JSON.parse(await fs.readFile(path.join(CLIENT, 'package.json'), 'utf8'));
+    expect(manifest.dependencies ?? {}).toEqual({});
+    expect(manifest.exports['.']).toEqual({ types: './dist/index.d.ts', import: './dist/index.js' });
+  });
+
+  it('is importable by name, as a dependent project imports it', async () => {
+    const client = await import('@playbook/client');
+    expect(Object.keys(client).sort()).toEqual(['MemoryCache', 'Playbook', 'PlaybookError', 'parseApiKey']);
+    expect(client.parseApiKey('not a key')).toBeNull();
+  });
+
+  describe('examples/mirror-catalogs.mjs', () => {
+    let backend: TestBackend;
+    let identity: TestIdentity;
+    let app: FastifyInstance;
+    let baseUrl: string;
+    let out: string;
+
+    beforeAll(async () => {
+      backend = await createTestBackend();
+      identity = createTestIdentity(backend);
+      app = await buildIdentityApp(backend, identity);
+      await app.listen({ port: 0, host: '127.0.0.1' });
+      baseUrl = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+      await givenAccount(backend.databases.primary, 'acme');
+      const handbook = await givenCatalog(backend.databases.primary, { slug: 'handbook' });
+      await givenResource(backend, handbook, { slug: 'onboarding' });
+      await givenResource(backend, handbook, {
+        slug: 'escalation',
+        versions: [{ version: '1.0.0', content: '# escalation\n\nPage the on-call.\n' }],
+      });
+      const runbooks = await givenCatalog(backend.databases.primary, { slug: 'runbooks', accountId: 'acme' });
+      await givenResource(backend, runbooks, { slug: 'restart' });
+      out = path.join(backend.workDir, 'mirror');
+    });
+    afterAll(async () => {
+      await app.close();
+      await identity.close();
+      await backend.cleanup();
+    });
+
+    it("mirrors every Catalog's Resources into a folder", async () => {
+      const { key } = await identity.mintKey({ accountId: 'acme' });
+      const { stdout } = await run('node', [path.join(ROOT, 'examples/mirror-catalogs.mjs'), out], {
+        cwd: ROOT,
+        env: { ...process.env, PLAYBOOK_API_KEY: key, PLAYBOOK_URL: baseUrl },
+      });
+      expect(stdout).toBe(`mirrored 3 resources into ${out}\n`);
+      const files = (await fs.readdir(out, { recursive: true })).map(String).sort();
+      expect(files).toEqual(
+        [
+          'org',
+          'org/runbooks',
+          'org/runbooks/restart.md',
+          'svc',
+          'svc/handbook',
+          'svc/handbook/escalation.md',
+          'svc/handbook/onboarding.md',
+        ].map((file) => file.split('/').join(path.sep)),
+      );
+      expect(await fs.readFile(path.join(out, 'svc/handbook/escalation.md'), 'utf8')).toBe(
+        '# escalation\n\nPage the on-call.\n',
+      );
+    });
+
+    it('exits 1 with the problem when the key is refused', async () => {
+      const { key } = await identity.mintKey({ accountId: 'acme' });
+      await identity.keys.revoke(key.split('_')[3]!);
+      const failed = await run('node', [path.join(ROOT, 'examples/mirror-catalogs.mjs'), out], {
+        env: { ...process.env, PLAYBOOK_API_KEY: key, PLAYBOOK_URL: baseUrl },
+      }).catch((error: { code: number; stderr: string }) => error);
+      expect(failed).toMatchObject({ code: 1 });
+      expect((failed as { stderr: string }).stderr).toMatch(
+        /^mirror failed: 401 unauthenticated: the API key has been revoked/,
+      );
+    });
+  });
+});

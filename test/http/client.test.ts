@@ -1,0 +1,448 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  Playbook,
+  PlaybookError,
+  type PlaybookOptions,
+  parseApiKey,
+  type ResponseInfo,
+} from '../../clients/typescript/src/index.js';
+import { composeApiKey, generateApiKey, parseApiKey as serverParse } from '../../src/auth/key-format.js';
+import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
+import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
+import { AUDIENCE, ISSUER, JwksServer, sign, signingKey } from '../helpers/jwks.js';
+
+/**
+ * D24: the client library against the real server, on both stacks: every operation, pages walked to
+ * the end, retries, revalidation, timeouts and aborts, and its one error class.
+ */
+
+async function listen(app: FastifyInstance): Promise<string> {
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  return `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+}
+
+/** Node's fetch, counting what it sends; `before` can stand in for an answer (an outage on the way). */
+function countingFetch(before?: (call: number) => Response | Error | undefined) {
+  const counted = { calls: 0, methods: [] as string[] };
+  const wrapped: typeof fetch = async (input, init) => {
+    counted.calls++;
+    counted.methods.push(init?.method ?? 'GET');
+    const instead = before?.(counted.calls);
+    if (instead instanceof Error) throw instead;
+    if (instead) return instead;
+    return fetch(input, init);
+  };
+  return Object.assign(counted, { fetch: wrapped });
+}
+
+const unavailable = () =>
+  new Response(
+    JSON.stringify({
+      type: 'urn:playbook:problem:unavailable',
+      title: 'Service unavailable',
+      status: 503,
+      code: 'unavailable',
+      detail: 'A backend of the service is unavailable; retry with backoff.',
+      requestId: 'outage-1',
+    }),
+    { status: 503, headers: { 'content-type': 'application/problem+json', 'x-request-id': 'outage-1' } },
+  );
+
+describe('the TypeScript client (D24)', () => {
+  let backend: TestBackend;
+  let identity: TestIdentity;
+  let app: FastifyInstance;
+  let baseUrl: string;
+  let apiKey: string;
+  let accessToken: string;
+  const resources: { id: string; slug: string; versionIds: string[] }[] = [];
+
+  beforeAll(async () => {
+    backend = await createTestBackend();
+    identity = createTestIdentity(backend);
+    app = await buildIdentityApp(backend, identity);
+    baseUrl = await listen(app);
+    const db = backend.databases.primary;
+    await givenAccount(db, 'acme', 'pro');
+    const handbook = await givenCatalog(db, { slug: 'handbook' });
+    await givenCatalog(db, { slug: 'guides' });
+    await givenCatalog(db, { slug: 'runbooks', accountId: 'acme' });
+    for (const slug of ['alpha', 'bravo', 'charlie', 'delta', 'echo']) {
+      const resource = await givenResource(backend, handbook, {
+        slug,
+        versions: [
+          { version: '1.0.0', content: `# ${slug} one\n` },
+          { version: '1.1.0', content: `# ${slug} two\n` },
+          { version: '2.0.0', content: `# ${slug} three\n` },
+        ],
+      });
+      resources.push(resource);
+    }
+    apiKey = (await identity.mintKey({ accountId: 'acme' })).key;
+    accessToken = await identity.mintToken({ user: 'ada', accounts: ['acme'] });
+  });
+  afterAll(async () => {
+    await app.close();
+    await identity.close();
+    await backend.cleanup();
+  });
+
+  const client = (options: Partial<PlaybookOptions> = {}) =>
+    new Playbook({ apiKey, baseUrl, retryBaseMs: 10, ...options } as PlaybookOptions);
+
+  describe('every read, pages walked to the end', () => {
+    it('lists and iterates Catalogs', async () => {
+      const playbook = client();
+      const first = await playbook.catalogs.list({ pageSize: 2 });
+      expect(first.meta).toMatchObject({ page: 1, pageSize: 2, total: 3, pageCount: 2 });
+      expect(first.data).toHaveLength(2);
+      const all: string[] = [];
+      for await (const catalog of playbook.catalogs.iterate({ pageSize: 1 })) all.push(catalog.slug);
+      expect(all.sort()).toEqual(['guides', 'handbook', 'runbooks']);
+    });
+
+    it('lists and iterates a Catalog of each owner, gets a Resource, its versions, and a version with content', async () => {
+      const playbook = client();
+      const page = await playbook.resources.list('svc', 'handbook', { pageSize: 2 });
+      expect(page.meta).toMatchObject({ total: 5, pageCount: 3 });
+      const slugs: string[] = [];
+      for await (const item of playbook.resources.iterate('svc', 'handbook', { pageSize: 2 }))
+        slugs.push(item.slug);
+      expect(slugs).toEqual(['alpha', 'bravo', 'charlie', 'delta', 'echo']);
+      expect((await playbook.resources.list('org', 'runbooks')).data).toEqual([]);
+
+      const [alpha] = resources;
+      const resource = await playbook.resources.get(alpha!.id);
+      expect(resource).toMatchObject({ id: alpha!.id, slug: 'alpha' });
+      const versions = await playbook.resources.versions(alpha!.id, { pageSize: 2 });
+      expect(versions.meta.total).toBe(3);
+      const labels: string[] = [];
+      for await (const version of playbook.resources.iterateVersions(alpha!.id, { pageSize: 1 })) {
+        labels.push(version.version);
+      }
+      expect(labels.sort()).toEqual(['1.0.0', '1.1.0', '2.0.0']);
+      const detail = await playbook.versions.get(alpha!.id, alpha!.versionIds[0]!);
+      expect(detail).toMatchObject({ id: alpha!.versionIds[0], version: '1.0.0', content: '# alpha one\n' });
+    });
+  });
+
+  describe('key management with an access token', () => {
+    it('creates, lists, iterates, rolls and revokes keys; each new key works at once', async () => {
+      const manager = new Playbook({ accessToken, baseUrl, accountId: 'acme' });
+      const created = await manager.apiKeys.create({
+        name: 'ci',
+        accountId: 'acme',
+        scopes: ['playbook:read'],
+      });
+      expect(parseApiKey(created.key)).toEqual({
+        environment: 'test',
+        keyId: created.id,
+        checksumValid: true,
+      });
+      expect((await client({ apiKey: created.key }).catalogs.list()).meta.total).toBe(3);
+
+      const listed = await manager.apiKeys.list({ accountId: 'acme', pageSize: 100 });
+      expect(listed.data.map((key) => key.id)).toContain(created.id);
+      const ids: string[] = [];
+      for await (const key of manager.apiKeys.iterate({ accountId: 'acme', pageSize: 1 })) ids.push(key.id);
+      expect(ids).toEqual(listed.data.map((key) => key.id));
+
+      const rolled = await manager.apiKeys.roll(created.id, { overlapSeconds: 0 });
+      expect(rolled).toMatchObject({ name: 'ci', accountId: 'acme', scopes: ['playbook:read'] });
+      expect((await client({ apiKey: rolled.key }).catalogs.list()).meta.total).toBe(3);
+      const old = await client({ apiKey: created.key, maxRetries: 0 })
+        .catalogs.list()
+        .catch((e: unknown) => e);
+      expect(old).toBeInstanceOf(PlaybookError);
+      expect(old).toMatchObject({ status: 401, code: 'unauthenticated', detail: 'the API key has expired' });
+
+      await manager.apiKeys.revoke(rolled.id);
+      await manager.apiKeys.revoke(rolled.id);
+      const refused = (await client({ apiKey: rolled.key })
+        .catalogs.list()
+        .catch((e: unknown) => e)) as PlaybookError;
+      expect(refused).toMatchObject({ status: 401, code: 'unauthenticated', title: 'Unauthenticated' });
+      expect(refused.requestId).toMatch(/^[0-9a-f-]{36}$/);
+      expect(refused.message).toContain(refused.requestId);
+      expect(refused.message).not.toContain(rolled.key);
+      expect(refused.message).not.toContain(rolled.key.split('_')[4]);
+    });
+  });
+
+  describe('errors and retries', () => {
+    it('raises the problem document as a PlaybookError, and never retries a 400, 403 or 404', async () => {
+      const counted = countingFetch();
+      const playbook = client({ fetch: counted.fetch });
+      const invalid = (await playbook.catalogs
+        .list({ pageSize: 1000 })
+        .catch((e: unknown) => e)) as PlaybookError;
+      expect(invalid).toBeInstanceOf(PlaybookError);
+      expect(invalid).toMatchObject({ status: 400, code: 'invalid_request', title: 'Invalid request' });
+      expect(invalid.errors).toEqual([expect.objectContaining({ in: 'query', name: 'pageSize' })]);
+      expect(invalid.message).toContain('query pageSize');
+      const missing = await playbook.resources
+        .get('0190f0c8-0000-7000-8000-000000000000')
+        .catch((e: unknown) => e);
+      expect(missing).toMatchObject({ status: 404, code: 'not_found' });
+      const forbidden = await client({ accountId: 'globex', fetch: counted.fetch })
+        .catalogs.list()
+        .catch((e: unknown) => e);
+      expect(forbidden).toMatchObject({ status: 403 });
+      expect(counted.calls).toBe(3);
+    });
+
+    it('retries a 503 and a lost connection of a read on the way, with backoff, and then answers', async () => {
+      const counted = countingFetch((call) =>
+        call === 1 ? unavailable() : call === 2 ? new TypeError('fetch failed') : undefined,
+      );
+      const infos: ResponseInfo[] = [];
+      const playbook = client({ fetch: counted.fetch, onResponse: (info) => infos.push(info) });
+      expect((await playbook.catalogs.list()).meta.total).toBe(3);
+      expect(counted.calls).toBe(3);
+      expect(infos).toEqual([
+        expect.objectContaining({ operation: 'listPlaybookCatalogs', status: 200, attempts: 3 }),
+      ]);
+    });
+
+    it('gives up after maxRetries with the last problem, its request id and all', async () => {
+      const counted = countingFetch(() => unavailable());
+      const failed = await client({ fetch: counted.fetch, maxRetries: 2 })
+        .catalogs.list()
+        .catch((e: unknown) => e);
+      expect(failed).toMatchObject({ status: 503, code: 'unavailable', requestId: 'outage-1' });
+      expect(counted.calls).toBe(3);
+    });
+
+    it('never sends a key creation twice after a 5xx or a lost connection, whose outcome is unknown', async () => {
+      for (const failure of [unavailable, () => new TypeError('fetch failed')]) {
+        const counted = countingFetch(() => failure());
+        const manager = new Playbook({ accessToken, baseUrl, fetch: counted.fetch });
+        const failed = await manager.apiKeys
+          .create({ name: 'once', accountId: 'acme', scopes: ['playbook:read'] })
+          .catch((e: unknown) => e);
+        expect(failed).toBeInstanceOf(PlaybookError);
+        expect(counted.calls).toBe(1);
+      }
+      const lost = await new Playbook({
+        accessToken,
+        baseUrl,
+        fetch: countingFetch(() => new TypeError('fetch failed')).fetch,
+      }).apiKeys
+        .create({ name: 'once', accountId: 'acme', scopes: ['playbook:read'] })
+        .catch((e: unknown) => e);
+      expect(lost).toMatchObject({ status: 0, code: 'network_error' });
+    });
+  });
+
+  describe('503 from the real server', () => {
+    const jwks = new JwksServer();
+    let remote: FastifyInstance;
+    let remoteIdentity: TestIdentity;
+    let remoteUrl: string;
+
+    beforeAll(async () => {
+      const url = await jwks.start();
+      remoteIdentity = createTestIdentity(backend, {
+        env: { PLAYBOOK_JWKS_URL: url, PLAYBOOK_JWT_ISSUER: ISSUER, PLAYBOOK_JWT_AUDIENCE: AUDIENCE },
+        options: { jwks: { cooldownDuration: 0 } },
+      });
+      remote = await buildIdentityApp(backend, remoteIdentity);
+      remoteUrl = await listen(remote);
+    });
+    afterAll(async () => {
+      await remote.close();
+      await remoteIdentity.close();
+      await jwks.stop();
+    });
+
+    it('retries while the identity provider fails (the service answers 503), then answers', async () => {
+      const key = await signingKey('client-1', 'ES256');
+      jwks.keys = [key.publicJwk];
+      jwks.failures = 2;
+      const token = await sign(key, { sub: 'ada', accounts: ['acme'] });
+      const counted = countingFetch();
+      const infos: ResponseInfo[] = [];
+      const playbook = new Playbook({
+        accessToken: token,
+        baseUrl: remoteUrl,
+        retryBaseMs: 10,
+        fetch: counted.fetch,
+        onResponse: (info) => infos.push(info),
+      });
+      const once = new Playbook({ accessToken: token, baseUrl: remoteUrl, maxRetries: 0 });
+      jwks.failures = 1;
+      const refused = await once.catalogs.list().catch((e: unknown) => e);
+      expect(refused).toMatchObject({ status: 503, code: 'unavailable' });
+      jwks.failures = 2;
+      expect((await playbook.catalogs.list()).meta.total).toBe(3);
+      expect(counted.calls).toBe(3);
+      expect(infos).toEqual([expect.objectContaining({ status: 200, attempts: 3 })]);
+    });
+  });
+
+  describe('429 from the real rate limit', () => {
+    let limited: FastifyInstance;
+    let limitedIdentity: TestIdentity;
+    let limitedUrl: string;
+
+    beforeAll(async () => {
+      limitedIdentity = createTestIdentity(backend, {
+        env: { PLAYBOOK_RATE_LIMIT_MAX: '2', PLAYBOOK_RATE_LIMIT_WINDOW_MS: '1000' },
+      });
+      limited = await buildIdentityApp(backend, limitedIdentity);
+      limitedUrl = await listen(limited);
+    });
+    afterAll(async () => {
+      await limited.close();
+      await limitedIdentity.close();
+    });
+
+    it('waits for Retry-After and succeeds; with retries off, raises it with retryAfter', async () => {
+      const { key } = await limitedIdentity.mintKey({ accountId: 'acme' });
+      const counted = countingFetch();
+      const infos: ResponseInfo[] = [];
+      const playbook = new Playbook({
+        apiKey: key,
+        baseUrl: limitedUrl,
+        fetch: counted.fetch,
+        onResponse: (i) => infos.push(i),
+      });
+      const once = new Playbook({ apiKey: key, baseUrl: limitedUrl, maxRetries: 0 });
+      await playbook.catalogs.list();
+      await playbook.catalogs.list();
+      const refused = (await once.catalogs.list().catch((e: unknown) => e)) as PlaybookError;
+      expect(refused).toMatchObject({ status: 429, code: 'rate_limited' });
+      expect(refused.retryAfter).toBeGreaterThanOrEqual(1);
+
+      const started = performance.now();
+      expect((await playbook.catalogs.list()).meta.total).toBe(3);
+      // The 429 was answered, then the wait the service asked for, then the answer.
+      expect(counted.calls).toBe(4);
+      expect(performance.now() - started).toBeGreaterThanOrEqual(500);
+      expect(infos.at(-1)).toMatchObject({ status: 200, attempts: 2 });
+      expect(infos.at(-1)?.rateLimit).toMatchObject({ limit: 2 });
+    });
+  });
+
+  describe('revalidation', () => {
+    it('sends If-None-Match from its cache and serves the cached body of a 304', async () => {
+      const infos: ResponseInfo[] = [];
+      const counted = countingFetch();
+      const playbook = client({ cache: true, fetch: counted.fetch, onResponse: (info) => infos.push(info) });
+      const first = await playbook.resources.get(resources[1]!.id);
+      const second = await playbook.resources.get(resources[1]!.id);
+      expect(second).toEqual(first);
+      expect(infos.map((info) => [info.status, info.fromCache])).toEqual([
+        [200, false],
+        [304, true],
+      ]);
+      expect(infos[0]!.etag).toMatch(/^"/);
+      expect(counted.calls).toBe(2);
+      // Another account's view never comes from this caller's entries.
+      const other = new Playbook({
+        accessToken,
+        baseUrl,
+        cache: true,
+        onResponse: (info) => infos.push(info),
+      });
+      await other.resources.get(resources[1]!.id);
+      expect(infos.at(-1)).toMatchObject({ status: 200, fromCache: false });
+    });
+  });
+
+  describe('timeouts and aborts', () => {
+    let silent: http.Server;
+    let silentUrl: string;
+    let connections = 0;
+
+    beforeAll(async () => {
+      // A peer that accepts requests and never answers them.
+      silent = http.createServer(() => {
+        connections++;
+      });
+      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+      silentUrl = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+    });
+    afterAll(async () => {
+      silent.closeAllConnections();
+      await new Promise((resolve) => silent.close(resolve));
+    });
+
+    it('abandons an attempt after timeoutMs, retries a read, then raises timeout', async () => {
+      connections = 0;
+      const playbook = new Playbook({
+        apiKey,
+        baseUrl: silentUrl,
+        timeoutMs: 150,
+        maxRetries: 1,
+        retryBaseMs: 10,
+      });
+      const started = performance.now();
+      const failed = await playbook.catalogs.list().catch((e: unknown) => e);
+      expect(failed).toMatchObject({ status: 0, code: 'timeout', detail: 'no answer within 150 ms' });
+      expect(performance.now() - started).toBeGreaterThanOrEqual(290);
+      expect(connections).toBe(2);
+    });
+
+    it("honours the caller's signal: rejects with its reason, and sends nothing more", async () => {
+      connections = 0;
+      const playbook = new Playbook({ apiKey, baseUrl: silentUrl, timeoutMs: 10_000 });
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(new Error('stopped by the caller')), 100);
+      await expect(playbook.catalogs.list({}, { signal: controller.signal })).rejects.toThrow(
+        'stopped by the caller',
+      );
+      const before = connections;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(connections).toBe(before);
+      const aborted = AbortSignal.abort(new Error('never started'));
+      await expect(client().catalogs.list({}, { signal: aborted })).rejects.toThrow('never started');
+    });
+  });
+
+  describe('parseApiKey and the constructor', () => {
+    it('reads good keys as the service does, and tells mistyped and foreign strings apart', () => {
+      for (let i = 0; i < 200; i++) {
+        const { key, keyId } = generateApiKey(i % 2 === 0 ? 'test' : 'live');
+        expect(parseApiKey(key)).toEqual({
+          environment: serverParse(key)!.environment,
+          keyId,
+          checksumValid: true,
+        });
+        const last = key.at(-1) === 'a' ? 'b' : 'a';
+        const mistyped = key.slice(0, -1) + last;
+        expect(parseApiKey(mistyped)?.checksumValid).toBe(serverParse(mistyped) !== null);
+      }
+      const good = composeApiKey('test', 'Kq3ZkQwPq0LmT2Ab', 'a'.repeat(33));
+      expect(parseApiKey(good.slice(0, -3))).toEqual({
+        environment: 'test',
+        keyId: 'Kq3ZkQwPq0LmT2Ab',
+        checksumValid: false,
+      });
+      for (const foreign of [
+        '',
+        'ghp_0123456789abcdef0123456789abcdef0123',
+        'svc_sk_prod_Kq3ZkQwPq0LmT2Ab_x',
+        'sk_live_abc',
+      ]) {
+        expect(parseApiKey(foreign)).toBeNull();
+      }
+    });
+
+    it('refuses a key that does not hold, and a choice of both or no credential, naming neither', () => {
+      const mistyped = `${apiKey.slice(0, -1)}${apiKey.endsWith('A') ? 'B' : 'A'}`;
+      expect(() => new Playbook({ apiKey: mistyped, baseUrl })).toThrow(TypeError);
+      try {
+        new Playbook({ apiKey: mistyped, baseUrl });
+      } catch (error) {
+        expect((error as Error).message).not.toContain(mistyped.split('_')[4]);
+      }
+      expect(() => new Playbook({ apiKey, accessToken, baseUrl })).toThrow('exactly one');
+      expect(() => new Playbook({ baseUrl })).toThrow('exactly one');
+    });
+  });
+});
