@@ -11,12 +11,17 @@ export class DatabaseContentStore implements ContentStore {
 
   constructor(private readonly db: Db) {}
 
-  async put(hash: string, content: string): Promise<void> {
-    await this.db
+  async put(hash: string, content: string): Promise<boolean> {
+    const result = await this.db
       .insertInto('content_blobs')
       .values({ content_hash: hash, body: content })
       .onConflict((oc) => oc.column('content_hash').doNothing())
-      .execute();
+      .executeTakeFirst();
+    return (result.numInsertedOrUpdatedRows ?? 0n) > 0n;
+  }
+
+  async delete(hash: string): Promise<void> {
+    await this.db.deleteFrom('content_blobs').where('content_hash', '=', hash).execute();
   }
 
   async get(hash: string): Promise<string> {

@@ -19,9 +19,9 @@ export class DirectoryContentStore implements ContentStore {
     return path.join(this.root, hash.slice(0, 2), hash);
   }
 
-  async put(hash: string, content: string): Promise<void> {
+  async put(hash: string, content: string): Promise<boolean> {
     const target = this.pathOf(hash);
-    if (await exists(target)) return;
+    if (await exists(target)) return false;
     await fs.mkdir(path.dirname(target), { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
     const temporary = `${target}.${randomBytes(6).toString('hex')}.tmp`;
     const handle = await fs.open(temporary, 'wx', PRIVATE_FILE_MODE);
@@ -32,6 +32,11 @@ export class DirectoryContentStore implements ContentStore {
       await handle.close();
     }
     await fs.rename(temporary, target);
+    return true;
+  }
+
+  async delete(hash: string): Promise<void> {
+    await fs.rm(this.pathOf(hash), { force: true });
   }
 
   async get(hash: string): Promise<string> {

@@ -115,12 +115,12 @@ export class S3ContentStore implements ContentStore {
     return this.prefix === '' ? key : `${this.prefix}/${key}`;
   }
 
-  async put(hash: string, content: string): Promise<void> {
+  async put(hash: string, content: string): Promise<boolean> {
     const key = this.keyOf(hash);
     // A present key is trusted forever, so nothing but the content of that hash may ever be written.
     const body = Buffer.from(content, 'utf8');
     if (sha256Hex(body) !== hash) throw new Error(`content does not match the hash ${hash}`);
-    if (await this.exists(key)) return;
+    if (await this.exists(key)) return false;
     const { s3, client } = await this.sdk();
     try {
       await client.send(
@@ -137,6 +137,18 @@ export class S3ContentStore implements ContentStore {
       );
     } catch (error) {
       throw translate(error, 'a write');
+    }
+    return true;
+  }
+
+  async delete(hash: string): Promise<void> {
+    const { s3, client } = await this.sdk();
+    try {
+      await client.send(new s3.DeleteObjectCommand({ Bucket: this.bucket, Key: this.keyOf(hash) }), {
+        abortSignal: AbortSignal.timeout(this.timeouts.writeDeadlineMs),
+      });
+    } catch (error) {
+      throw translate(error, 'a delete');
     }
   }
 

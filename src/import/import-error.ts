@@ -13,7 +13,11 @@
 export class ImportValidationError extends Error {
   override name = 'ImportValidationError';
 
-  constructor(readonly problems: readonly string[]) {
+  constructor(
+    readonly problems: readonly string[],
+    /** `immutable`: the files are valid, but would rewrite a version label (D15; 409 over HTTP, D23). */
+    readonly kind: 'invalid' | 'immutable' = 'invalid',
+  ) {
     super(`import refused: ${problems.length} ${problems.length === 1 ? 'problem' : 'problems'}`);
   }
 }

@@ -4,9 +4,9 @@ import type { Db } from '../db/tables.js';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import { ImportValidationError } from './import-error.js';
 import { type ImportReport, summarize } from './import-report.js';
-import { type ImportOwner, loadNamespaceState } from './namespace-state.js';
+import { type ImportOwner, loadNamespaceState, type NamespaceState } from './namespace-state.js';
 import { type ImportPlan, planImport, planIsEmpty } from './plan-import.js';
-import { readImportTree } from './read-tree.js';
+import { type ImportTree, readImportTree } from './read-tree.js';
 import { storeObjects, writePlan } from './write-plan.js';
 
 export { ImportValidationError } from './import-error.js';
@@ -70,50 +70,116 @@ export async function importTree(deps: ImportDeps, options: ImportOptions): Prom
   if (!reading.ok) problems.push(...reading.problems);
   if (problems.length > 0 || !reading.ok) throw new ImportValidationError(problems);
 
-  const { tree } = reading;
+  return (await applyTree(deps, reading.tree, options)).report;
+}
+
+export interface ApplyOptions {
+  readonly owner: ImportOwner;
+  readonly dryRun?: boolean;
+  readonly onProgress?: (line: string) => void;
+  readonly now?: () => string;
+  /**
+   * Checked against what is stored, first when planning and again inside the transaction: throwing
+   * refuses the change with nothing written (D23's `If-Match`).
+   */
+  readonly precondition?: (state: NamespaceState) => void;
+  /** Runs inside the transaction once the plan is written: what must commit with it (D23's audit). */
+  readonly withinTransaction?: (trx: Db, plan: ImportPlan) => Promise<void>;
+}
+
+/** What was applied: the report, the plan, and the stored state it was planned against. */
+export interface Applied {
+  readonly report: ImportReport;
+  readonly plan: ImportPlan;
+}
+
+/**
+ * Plans a validated tree against what is stored and applies it in one transaction (D15, D23): the
+ * model both doors share, `playbook import` (a tree of folders) and publishing over HTTP (one
+ * Catalog in a request). Objects are stored before the transaction; if it does not commit, the objects
+ * this call stored and no committed version names are removed again.
+ */
+export async function applyTree(deps: ImportDeps, tree: ImportTree, options: ApplyOptions): Promise<Applied> {
+  const { owner, onProgress } = options;
   const slugs = tree.catalogs.map((catalog) => catalog.slug);
   const planOptions = { owner, now: (options.now ?? (() => new Date().toISOString()))() };
+  const stateOf = async (db: Db) => {
+    const state = await loadNamespaceState(db, owner, slugs);
+    options.precondition?.(state);
+    return state;
+  };
 
   // Planned first outside any transaction, so that an unchanged tree or a dry run opens no write.
   const plannedAt = await readDataGeneration(deps.db);
-  const preview = planImport(tree, await loadNamespaceState(deps.db, owner, slugs), planOptions);
-  if (preview.refusals.length > 0) throw new ImportValidationError(preview.refusals);
-  if (options.dryRun || planIsEmpty(preview)) return reportOf(preview, options.dryRun === true);
+  const preview = planImport(tree, await stateOf(deps.db), planOptions);
+  if (preview.refusals.length > 0) throw new ImportValidationError(preview.refusals, 'immutable');
+  if (options.dryRun || planIsEmpty(preview)) {
+    return { report: reportOf(preview, options.dryRun === true), plan: preview };
+  }
 
   const stored = new Set<string>();
-  await storeObjects(deps.objectStore, preview, stored, onProgress);
-  // What commits must match what storage holds at commit, even if something else wrote meanwhile: the
-  // transaction plans again, unless the data generation says nothing did (every writer of Catalog data
-  // advances it), and then the preview is the plan (a plan of 100,000 Resources is not small to make
-  // twice). Objects a new plan did not foresee are stored here.
-  const apply = () =>
-    deps.db
-      .transaction()
-      .setIsolationLevel('serializable')
-      .execute(async (trx) => {
-        const unchanged = (await readDataGeneration(trx)) === plannedAt;
-        const plan = unchanged
-          ? preview
-          : planImport(tree, await loadNamespaceState(trx, owner, slugs), planOptions);
-        if (plan.refusals.length > 0) throw new ImportValidationError(plan.refusals);
-        if (planIsEmpty(plan)) return plan;
-        await storeObjects(deps.objectStore, plan, stored, onProgress);
-        await writePlan(trx, plan, onProgress);
-        return plan;
-      });
-  let applied: ImportPlan | undefined;
-  for (let attempt = 1; applied === undefined; attempt++) {
+  const created = new Set<string>();
+  try {
+    await storeObjects(deps.objectStore, preview, stored, onProgress, created);
+    // What commits must match what storage holds at commit, even if something else wrote meanwhile:
+    // the transaction plans again, unless the data generation says nothing did (every writer of
+    // Catalog data advances it), and then the preview is the plan (a plan of 100,000 Resources is not
+    // small to make twice). Objects a new plan did not foresee are stored here.
+    const apply = () =>
+      deps.db
+        .transaction()
+        .setIsolationLevel('serializable')
+        .execute(async (trx) => {
+          const unchanged = (await readDataGeneration(trx)) === plannedAt;
+          const plan = unchanged ? preview : planImport(tree, await stateOf(trx), planOptions);
+          // Checked again under the transaction: a write that got in since the preview may have made it false.
+          if (unchanged && options.precondition)
+            options.precondition(await loadNamespaceState(trx, owner, slugs));
+          if (plan.refusals.length > 0) throw new ImportValidationError(plan.refusals, 'immutable');
+          if (planIsEmpty(plan)) return plan;
+          await storeObjects(deps.objectStore, plan, stored, onProgress, created);
+          await writePlan(trx, plan, onProgress);
+          await options.withinTransaction?.(trx, plan);
+          return plan;
+        });
+    let applied: ImportPlan | undefined;
+    for (let attempt = 1; applied === undefined; attempt++) {
+      try {
+        applied = await apply();
+      } catch (error) {
+        if (attempt >= MAX_ATTEMPTS || !isWriteConflict(error)) throw error;
+        onProgress?.(`storage changed during the import; planning again (attempt ${attempt + 1})`);
+        // The writer that got in first needs time to finish: retrying at once would meet it again.
+        await new Promise((resolve) => setTimeout(resolve, RETRY_AFTER_MS * attempt * (0.5 + Math.random())));
+      }
+    }
+    if (!planIsEmpty(applied)) await deps.changes?.announce();
+    return { report: reportOf(applied, false), plan: applied };
+  } catch (error) {
+    await removeUnnamed(deps, created);
+    throw error;
+  }
+}
+
+/**
+ * Removes objects a failed write stored, unless a committed version names them (a concurrent writer
+ * of the same content may have committed meanwhile): a failed write leaves the store as it was.
+ */
+async function removeUnnamed(deps: ImportDeps, created: ReadonlySet<string>): Promise<void> {
+  for (const hash of created) {
     try {
-      applied = await apply();
-    } catch (error) {
-      if (attempt >= MAX_ATTEMPTS || !isWriteConflict(error)) throw error;
-      onProgress?.(`storage changed during the import; planning again (attempt ${attempt + 1})`);
-      // The writer that got in first needs time to finish: retrying at once would meet it again.
-      await new Promise((resolve) => setTimeout(resolve, RETRY_AFTER_MS * attempt * (0.5 + Math.random())));
+      const named = await deps.db
+        .selectFrom('resource_versions')
+        .select('id')
+        .where('content_hash', '=', hash)
+        .where('storage_backend', '=', 'object-storage')
+        .executeTakeFirst();
+      if (!named) await deps.objectStore.delete(hash);
+    } catch {
+      // The store or database that failed the write may fail this too: the object then stays,
+      // unreferenced, which content addressing makes harmless.
     }
   }
-  if (!planIsEmpty(applied)) await deps.changes?.announce();
-  return reportOf(applied, false);
 }
 
 /** Transactions retried when a concurrent writer got in first; a retry plans against the new state. */

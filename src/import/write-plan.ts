@@ -31,6 +31,8 @@ export async function storeObjects(
   plan: ImportPlan,
   alreadyStored: Set<string>,
   onProgress?: (line: string) => void,
+  /** Collects the hashes this call stored for the first time. */
+  created?: Set<string>,
 ): Promise<number> {
   const pending = new Map<string, ResourceSource>();
   for (const { row, source } of plan.newVersions) {
@@ -40,7 +42,7 @@ export async function storeObjects(
   }
   const counted = progressCounter(pending.size, 'stored objects:', onProgress);
   await mapWithLimit([...pending], OBJECT_CONCURRENCY, async ([hash, source]) => {
-    await objectStore.put(hash, (await source.read()).content);
+    if (await objectStore.put(hash, (await source.read()).content)) created?.add(hash);
     alreadyStored.add(hash);
     counted();
   });

@@ -346,9 +346,10 @@ describe('D15 writes: all or nothing, objects first', () => {
       backend: 'object-storage',
       put: async (hash, content) => {
         await writeTree(dir, { 'handbook/resources/c.json': resourceJson({ content: 'edited meanwhile' }) });
-        await backend.objectStore.put(hash, content);
+        return backend.objectStore.put(hash, content);
       },
       get: (hash) => backend.objectStore.get(hash),
+      delete: (hash) => backend.objectStore.delete(hash),
       check: () => backend.objectStore.check(),
     };
     await expect(
@@ -359,8 +360,8 @@ describe('D15 writes: all or nothing, objects first', () => {
         'handbook/resources/c.json: changed while it was being imported; nothing was written, import again',
       ],
     });
-    // Objects go first and stay, unreferenced (content addressing makes them harmless); no row moved.
-    expect((await dumpStorage(backend)).tables).toEqual(before.tables);
+    // Objects go first; the one this failed import stored is removed again, and no row moved.
+    expect(await dumpStorage(backend)).toEqual(before);
   });
 
   it('stores object-storage content before any row that names it exists', async () => {
@@ -379,9 +380,10 @@ describe('D15 writes: all or nothing, objects first', () => {
           .where('content_hash', '=', hash)
           .execute();
         seenRows.push(rows.length);
-        await backend.objectStore.put(hash, content);
+        return backend.objectStore.put(hash, content);
       },
       get: (hash) => backend.objectStore.get(hash),
+      delete: (hash) => backend.objectStore.delete(hash),
       check: () => backend.objectStore.check(),
     };
     await importTree({ db: db(), objectStore }, { dir, owner: { kind: 'svc' }, now: () => T1 });
@@ -406,14 +408,16 @@ describe('D15 writes: all or nothing, objects first', () => {
     const objectStore: ContentStore = {
       backend: 'object-storage',
       put: async (hash, content) => {
-        await backend.objectStore.put(hash, content);
+        const stored = await backend.objectStore.put(hash, content);
         // Between this import's first plan and its transaction, another one lands the same tree.
         if (!rivalImported) {
           rivalImported = true;
           await runImport(backend, rival, { at: T1 });
         }
+        return stored;
       },
       get: (hash) => backend.objectStore.get(hash),
+      delete: (hash) => backend.objectStore.delete(hash),
       check: () => backend.objectStore.check(),
     };
     const report = await importTree(
@@ -486,6 +490,7 @@ describe('D15 writes: all or nothing, objects first', () => {
         throw new Error('object store is down');
       },
       get: (hash) => backend.objectStore.get(hash),
+      delete: (hash) => backend.objectStore.delete(hash),
       check: () => backend.objectStore.check(),
     };
     await expect(

@@ -140,6 +140,20 @@ describe('ContentStore contract', () => {
     });
   });
 
+  it('says whether a put stored the content now, and deletes it again (idempotently)', async () => {
+    await forEachStore(async ({ store }) => {
+      const text = `deleted again ${store.backend}`;
+      const hash = sha256Hex(text);
+      expect(await store.put(hash, text)).toBe(true);
+      expect(await store.put(hash, text)).toBe(false);
+      await store.delete(hash);
+      await expect(store.get(hash)).rejects.toBeInstanceOf(ContentNotFoundError);
+      await store.delete(hash);
+      expect(await store.put(hash, text)).toBe(true);
+      expect(await store.get(hash)).toBe(text);
+    });
+  });
+
   it('passes its readiness check', async () => {
     await forEachStore(async ({ store }) => {
       await expect(store.check()).resolves.toBeUndefined();
