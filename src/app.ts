@@ -12,6 +12,7 @@ import Fastify, {
   LogController,
 } from 'fastify';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
+import type { AuditLog } from './audit/audit-log.js';
 import type { ApiKeyService } from './auth/api-key-service.js';
 import { type Authenticator, authHook } from './auth/authenticator.js';
 import type { LeakReportSignatures } from './auth/leak-reports.js';
@@ -23,9 +24,11 @@ import { jsonBodyParser } from './http/json-body.js';
 import { openapiOptions } from './http/openapi.js';
 import { answerUnmetExpectation, handleClientError, handleError, writeRawProblem } from './http/problem.js';
 import { normalizeQuery, refuseQueryProblems } from './http/query.js';
+import type { PublishService } from './publish/publish-service.js';
 import { identityRoutes } from './routes/identity.js';
 import { operationsRoutes, type ReadinessCheck } from './routes/operations.js';
 import { playbookRoutes } from './routes/playbook.js';
+import { publishRoutes } from './routes/publish.js';
 import { Problem, REQUEST_ID_PATTERN } from './schemas/common.js';
 import { playbookSchemas } from './schemas/playbook.js';
 
@@ -36,6 +39,10 @@ export interface AppDependencies {
   readonly rateLimits: AccessLimiter;
   /** Key management (D8, D22) at `/v3/identity/api-keys`; an app built without it has no identity routes. */
   readonly keys?: ApiKeyService;
+  /** D23: the audit trail, listed at `/v3/identity/audit-events` beside key management. */
+  readonly audit?: AuditLog;
+  /** D23: publishing, with the largest body a write may have; an app built without it takes no writes. */
+  readonly publish?: { readonly service: PublishService; readonly maxBodyBytes: number };
   /** D22: verifies leak reports' signatures; without it, leak reports answer 501. */
   readonly leakSignatures?: LeakReportSignatures;
   readonly readiness: readonly ReadinessCheck[];
@@ -246,10 +253,12 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
 
   await app.register(operationsRoutes(deps.readiness));
   await app.register(playbookRoutes(deps.playbook));
+  if (deps.publish) await app.register(publishRoutes(deps.publish.service, deps.publish.maxBodyBytes));
   if (deps.keys) {
     const options = {
       limiter: deps.rateLimits,
       ...(deps.leakSignatures ? { leakSignatures: deps.leakSignatures } : {}),
+      ...(deps.audit ? { audit: deps.audit } : {}),
     };
     await app.register(identityRoutes(deps.keys, options));
   }

@@ -47,6 +47,11 @@ const EnvSchema = Type.Object({
     maximum: MAX_CONTENT_BYTES_CEILING,
     default: 16 * 1024 * 1024,
   }),
+  PLAYBOOK_MAX_PUBLISH_BYTES: Type.Integer({
+    minimum: 1024,
+    maximum: MAX_CONTENT_BYTES_CEILING,
+    default: 32 * 1024 * 1024,
+  }),
   PLAYBOOK_ANSWER_CACHE_BYTES: Type.Integer({
     minimum: 0,
     maximum: 2 ** 40,
@@ -93,6 +98,8 @@ export interface Config {
   readonly timeouts: { readonly requestMs: number; readonly keepAliveMs: number };
   /** D20: the most bytes of content one Resource Version may have (`PLAYBOOK_MAX_CONTENT_BYTES`). */
   readonly maxContentBytes: number;
+  /** D23: the largest body a publishing request may have (`PLAYBOOK_MAX_PUBLISH_BYTES`). */
+  readonly maxPublishBytes: number;
   /** Memory for read answers, compressed forms included (`PLAYBOOK_ANSWER_CACHE_BYTES`). */
   readonly answerCacheBytes: number;
   readonly logLevel: string;
@@ -206,6 +213,7 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     },
     timeouts: { requestMs: env.PLAYBOOK_REQUEST_TIMEOUT_MS, keepAliveMs: env.PLAYBOOK_KEEP_ALIVE_TIMEOUT_MS },
     maxContentBytes: env.PLAYBOOK_MAX_CONTENT_BYTES,
+    maxPublishBytes: env.PLAYBOOK_MAX_PUBLISH_BYTES,
     maxKeysPerAccount: env.PLAYBOOK_MAX_KEYS_PER_ACCOUNT,
     ...(env.PLAYBOOK_LEAK_REPORT_KEYS_URL === undefined
       ? {}

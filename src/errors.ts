@@ -34,10 +34,15 @@ export class ConflictError extends Error {
   override name = 'ConflictError';
   constructor(
     message: string,
-    readonly reason: 'key_inactive',
+    readonly reason: 'key_inactive' | 'version_label_taken',
   ) {
     super(message);
   }
+}
+
+/** A write whose `If-Match` or `If-None-Match` no longer holds (D23). */
+export class PreconditionFailedError extends Error {
+  override name = 'PreconditionFailedError';
 }
 
 /** An operation this deployment is not set up for (D22: leak reports without a key list). */

@@ -11,6 +11,7 @@ import { ContentReader } from './content/content-reader.js';
 import type { ContentStore } from './content/content-store.js';
 import { DatabaseContentStore } from './content/database-store.js';
 import type { Databases } from './db/create-db.js';
+import { PublishService } from './publish/publish-service.js';
 import type { ReadinessCheck } from './routes/operations.js';
 import { createStorage } from './storage.js';
 
@@ -25,6 +26,8 @@ export interface Services {
   readonly answers: AnswerCache;
   readonly generation: DataGeneration;
   readonly playbook: PlaybookService;
+  /** D23: writes of accounts' Catalogs over HTTP, on the primary database. */
+  readonly publish: PublishService;
   readonly readiness: ReadinessCheck[];
   readonly authenticator: Authenticator;
   readonly rateLimits: RateLimits;
@@ -82,6 +85,10 @@ export function createServices(
     ...options.identity,
     ...(redis ? { revocations: redis.revocations, rateCounter: redis.rateCounter } : {}),
   });
+  const publish = new PublishService(
+    { db: databases.primary, objectStore, changes: generation },
+    { maxContentBytes: config.maxContentBytes },
+  );
   return {
     config,
     databases,
@@ -90,6 +97,7 @@ export function createServices(
     answers,
     generation,
     playbook,
+    publish,
     readiness,
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,

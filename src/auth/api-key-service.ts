@@ -20,6 +20,8 @@ import type { UsageRecorder } from './usage-recorder.js';
 export interface KeyManager {
   readonly subject: string;
   readonly accounts: readonly string[];
+  /** The request acting, for the audit trail. */
+  readonly requestId?: string;
 }
 
 export type RevokeOutcome = 'revoked' | 'already-revoked' | 'not-found';
@@ -45,6 +47,7 @@ export interface KeyEvent {
   readonly actor: KeyActor;
   /** For `rolled`: the key that replaces this one. */
   readonly replacedBy?: string;
+  readonly requestId?: string;
 }
 
 /** D22's bounds of a roll's overlap, in seconds. */
@@ -60,7 +63,7 @@ export interface ApiKeyServiceOptions {
   /** Uses not yet written, so that a list shows them before the next flush. */
   readonly usage?: UsageRecorder;
   /** Told of every key event once committed: the seam of the audit trail. */
-  readonly events?: (event: KeyEvent) => void;
+  readonly events?: (event: KeyEvent) => void | Promise<void>;
   readonly now?: () => number;
 }
 
@@ -113,7 +116,13 @@ export class ApiKeyService {
       await createAccountIfAbsent(trx, input.accountId, minted.row.created_at);
       await this.insertWithinCap(trx, minted.row, 0);
     });
-    this.emit({ type: 'created', keyId: minted.row.id, accountId: input.accountId, actor: byUser(user) });
+    await this.emit({
+      type: 'created',
+      keyId: minted.row.id,
+      accountId: input.accountId,
+      actor: byUser(user),
+      ...requestOf(user),
+    });
     return minted.created;
   }
 
@@ -150,7 +159,14 @@ export class ApiKeyService {
     // Every instance re-reads the old key's expiry at once rather than within a second.
     await this.options.revocations.publish(keyId);
     const { row } = created;
-    this.emit({ type: 'rolled', keyId, accountId: row.account_id, actor: byUser(user), replacedBy: row.id });
+    await this.emit({
+      type: 'rolled',
+      keyId,
+      accountId: row.account_id,
+      actor: byUser(user),
+      replacedBy: row.id,
+      ...requestOf(user),
+    });
     return created.created;
   }
 
@@ -226,10 +242,14 @@ export class ApiKeyService {
   async revokeFor(user: KeyManager, keyId: string): Promise<void> {
     const row = await repo.findApiKey(this.db, keyId);
     if (!row || !user.accounts.includes(row.account_id)) throw new NotFoundError('no such API key');
-    await this.revoke(keyId, byUser(user));
+    await this.revoke(keyId, byUser(user), user.requestId);
   }
 
-  async revoke(keyId: string, actor: KeyActor = { type: 'operator' }): Promise<RevokeOutcome> {
+  async revoke(
+    keyId: string,
+    actor: KeyActor = { type: 'operator' },
+    requestId?: string,
+  ): Promise<RevokeOutcome> {
     const revoked = await repo.revokeApiKey(this.db, keyId, new Date(this.now()).toISOString());
     const row = await repo.findApiKey(this.db, keyId);
     if (!row) return 'not-found';
@@ -237,7 +257,7 @@ export class ApiKeyService {
     await this.options.revocations.publish(keyId);
     if (revoked) {
       const type = actor.type === 'leak-report' ? 'leak-revoked' : 'revoked';
-      this.emit({ type, keyId, accountId: row.account_id, actor });
+      await this.emit({ type, keyId, accountId: row.account_id, actor, ...(requestId ? { requestId } : {}) });
     }
     return revoked ? 'revoked' : 'already-revoked';
   }
@@ -247,20 +267,24 @@ export class ApiKeyService {
    * is a true positive and is revoked at once (if it was not already); anything else is a false
    * positive. The secret is compared in constant time, as on every request.
    */
-  async revokeLeaked(token: string, url?: string): Promise<LeakVerdict> {
+  async revokeLeaked(token: string, url?: string, requestId?: string): Promise<LeakVerdict> {
     const parsed = parseApiKey(token);
     if (!parsed || parsed.environment !== this.options.environment) return 'false_positive';
     const row = await repo.findApiKey(this.db, parsed.keyId);
     const digest = this.options.hasher.digest(parsed.secret);
     const stored = row ? Buffer.from(row.secret_hash, 'hex') : Buffer.alloc(digest.length);
     if (!row || !digestsEqual(digest, stored)) return 'false_positive';
-    await this.revoke(row.id, { type: 'leak-report', ...(url === undefined ? {} : { url }) });
+    await this.revoke(row.id, { type: 'leak-report', ...(url === undefined ? {} : { url }) }, requestId);
     return 'true_positive';
   }
 
-  private emit(event: Omit<KeyEvent, 'at'>): void {
-    this.options.events?.({ ...event, at: new Date(this.now()).toISOString() });
+  private async emit(event: Omit<KeyEvent, 'at'>): Promise<void> {
+    await this.options.events?.({ ...event, at: new Date(this.now()).toISOString() });
   }
+}
+
+function requestOf(user: KeyManager): { requestId?: string } {
+  return user.requestId === undefined ? {} : { requestId: user.requestId };
 }
 
 function byUser(user: KeyManager): KeyActor {

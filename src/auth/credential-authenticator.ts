@@ -9,7 +9,8 @@ import type { Authenticator, CredentialPolicy } from './authenticator.js';
 import type { Principal } from './principal.js';
 
 /** What an access token may do on the reads (D7): read, nothing else. */
-const TOKEN_SCOPES: ReadonlySet<Scope> = new Set<Scope>(['playbook:read']);
+// D23: a user acts with both scopes; keys carry what they were given.
+const TOKEN_SCOPES: ReadonlySet<Scope> = new Set<Scope>(['playbook:read', 'playbook:write']);
 const BEARER = /^Bearer +(\S+)$/i;
 
 /**

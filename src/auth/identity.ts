@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { RemoteJWKSetOptions } from 'jose';
 import { AccountPlans } from '../accounts/account-plans.js';
+import { AuditLog } from '../audit/audit-log.js';
 import { type Broadcast, InProcessBroadcast } from '../broadcast.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/tables.js';
@@ -30,7 +31,7 @@ export interface IdentityOptions {
   /** How often an unknown leak-report key identifier may fetch the key list again (60 s). */
   readonly leakKeysRefetchAfterMs?: number;
   /** Told of every key event (D22), once committed. */
-  readonly keyEvents?: (event: KeyEvent) => void;
+  readonly keyEvents?: (event: KeyEvent) => void | Promise<void>;
 }
 
 /** Identity and access (D7-D10) as one unit: what the app, the CLI and the tests compose. */
@@ -39,6 +40,8 @@ export interface Identity {
   /** D10, keyed on what the authenticator resolves: handed to `buildApp` beside it. */
   readonly rateLimits: RateLimits;
   readonly keys: ApiKeyService;
+  /** D23: the audit trail every key event is appended to. */
+  readonly audit: AuditLog;
   /** D22: present when `PLAYBOOK_LEAK_REPORT_KEYS_URL` lists the keys that sign leak reports. */
   readonly leakSignatures?: LeakReportSignatures;
   readonly verifier: ApiKeyVerifier;
@@ -86,13 +89,17 @@ export function createIdentity(
     : AccessTokenVerifier.remote(config.jwt.jwksUrl!, claims, options.jwks);
   const rateLimits = new RateLimits(config.rateLimit, options.rateCounter ?? new MemoryRateCounter(now));
   const authenticator = new CredentialAuthenticator(verifier, tokens, new AccountPlans(db, now));
+  const audit = new AuditLog(db);
   const keys = new ApiKeyService(db, {
     environment: config.environment,
     maxKeysPerAccount: config.maxKeysPerAccount,
     hasher,
     revocations,
     usage,
-    ...(options.keyEvents ? { events: options.keyEvents } : {}),
+    events: async (event) => {
+      await audit.recordKeyEvent(event);
+      await options.keyEvents?.(event);
+    },
     now,
   });
   const leakSignatures =
@@ -110,6 +117,7 @@ export function createIdentity(
     authenticator,
     rateLimits,
     keys,
+    audit,
     ...(leakSignatures ? { leakSignatures } : {}),
     verifier,
     tokens,

@@ -9,6 +9,7 @@ import { type CliContext, CommandError } from './context.js';
 import { registerImportCommand } from './import.js';
 import { registerKeysCommand } from './keys.js';
 import { registerMigrateCommand } from './migrate.js';
+import { registerPublishCommand } from './publish.js';
 import { registerServeCommand } from './serve.js';
 import { registerTokenCommand } from './token.js';
 
@@ -113,6 +114,7 @@ export function buildProgram(context: CliContext): Command {
     registerAccountsCommand,
     registerTokenCommand,
     registerKeysCommand,
+    registerPublishCommand,
   ]) {
     register(program, context);
   }

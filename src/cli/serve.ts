@@ -23,6 +23,8 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         rateLimits: services.rateLimits,
         readiness: services.readiness,
         keys: services.identity.keys,
+        audit: services.identity.audit,
+        publish: { service: services.publish, maxBodyBytes: config.maxPublishBytes },
         ...(services.identity.leakSignatures ? { leakSignatures: services.identity.leakSignatures } : {}),
         trustProxy: config.trustProxy,
         timeouts: config.timeouts,

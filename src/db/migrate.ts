@@ -4,6 +4,7 @@ import * as catalogs from './migrations/0001-catalogs.js';
 import * as apiKeys from './migrations/0002-api-keys.js';
 import * as byteOrderAndListIndexes from './migrations/0003-byte-order-and-list-indexes.js';
 import * as dataGenerationAndPageIndex from './migrations/0004-data-generation-and-page-index.js';
+import * as auditEvents from './migrations/0005-audit-events.js';
 import type { Dialect } from './tables.js';
 
 /** A migration of ours: written against no table types, told which dialect it runs on. */
@@ -18,6 +19,7 @@ const migrations: Record<string, DialectMigration> = {
   '0002-api-keys': apiKeys,
   '0003-byte-order-and-list-indexes': byteOrderAndListIndexes,
   '0004-data-generation-and-page-index': dataGenerationAndPageIndex,
+  '0005-audit-events': auditEvents,
 };
 
 /** Brings the schema of the primary database up to date; throws with the failing migration's name. */

@@ -115,6 +115,19 @@ export interface DataGenerationTable {
   generation: number;
 }
 
+/** D23: what happened to an account's Catalogs and keys, who did it, and when; never changed. */
+export interface AuditEventTable {
+  id: string;
+  at: string;
+  account_id: string;
+  actor_type: 'api-key' | 'user' | 'operator' | 'leak-report';
+  actor_id: string | null;
+  action: string;
+  target: string;
+  request_id: string | null;
+  summary: string;
+}
+
 export interface Database {
   accounts: AccountTable;
   catalogs: CatalogTable;
@@ -125,6 +138,7 @@ export interface Database {
   content_blobs: ContentBlobTable;
   api_keys: ApiKeyTable;
   data_generation: DataGenerationTable;
+  audit_events: AuditEventTable;
 }
 
 export type Db = Kysely<Database>;
@@ -138,3 +152,4 @@ export type ResourceRow = Selectable<ResourceTable>;
 export type ResourceVersionRow = Selectable<ResourceVersionTable>;
 export type ApiKeyRow = Selectable<ApiKeyTable>;
 export type NewApiKey = Insertable<ApiKeyTable>;
+export type AuditEventRow = Selectable<AuditEventTable>;

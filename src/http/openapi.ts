@@ -216,6 +216,15 @@ function completeOperation(method: string, operation: Operation): void {
     }
     if (method === 'get' && status === '200') headers['Content-Encoding'] = ref('ContentEncoding');
     if (status === '201') headers['Cache-Control'] = ref('CacheControl');
+    // A write answer carries the written object's ETag, to send back in If-Match (D23).
+    if (
+      (method === 'put' || method === 'post') &&
+      operation.tags?.includes('playbook') &&
+      status.startsWith('2')
+    ) {
+      headers.ETag = ref('ETag');
+      headers['Cache-Control'] = ref('CacheControl');
+    }
     response.headers = { ...response.headers, ...headers };
   }
 }

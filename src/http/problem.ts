@@ -13,6 +13,7 @@ import {
   MethodNotAllowedError,
   NotConfiguredError,
   NotFoundError,
+  PreconditionFailedError,
   RateLimitError,
   UnavailableError,
 } from '../errors.js';
@@ -35,6 +36,8 @@ const TITLES: Record<ProblemCode, string> = {
   not_found: 'Not found',
   method_not_allowed: 'Method not allowed',
   key_inactive: 'Key not active',
+  version_label_taken: 'Version label taken',
+  precondition_failed: 'Precondition failed',
   request_timeout: 'Request timeout',
   expectation_failed: 'Expectation failed',
   headers_too_large: 'Request headers too large',
@@ -113,13 +116,23 @@ function onePerField(location: InputLocation, errors: readonly AjvError[]): Inpu
 /** Keywords whose message says most about what a value must be, best first. */
 const TELLING = ['required', 'additionalProperties', 'type', 'pattern', 'enum', 'format'];
 
+/** A field's name as a caller writes it: `resources[3].content`, `scopes[0]`. */
+function fieldPath(segments: readonly string[]): string {
+  let path = '';
+  for (const segment of segments) {
+    if (/^\d+$/.test(segment)) path += `[${segment}]`;
+    else path += path === '' ? segment : `.${segment}`;
+  }
+  return path;
+}
+
 /** Turns one schema-validation error into a problem that names its field. */
 function toInputProblem(location: InputLocation, error: AjvError): InputProblem {
   const segments = error.instancePath.split('/').filter(Boolean);
   // A query parameter is named as the caller sent it (`kind`), not by the path of one element of
   // the array it was parsed into (`kind.1`); the element goes into the message instead.
   const element = location === 'query' && segments.length > 1 ? `element ${Number(segments[1]) + 1} ` : '';
-  const base = element ? segments[0]! : segments.join('.');
+  const base = element ? segments[0]! : fieldPath(segments);
   const join = (child: string) => (base ? `${base}.${child}` : child);
   switch (error.keyword) {
     case 'required':
@@ -186,6 +199,9 @@ function classify(error: FastifyError | Error): {
     return { status: 405, code: 'method_not_allowed', detail: error.message };
   }
   if (error instanceof ConflictError) return { status: 409, code: error.reason, detail: error.message };
+  if (error instanceof PreconditionFailedError) {
+    return { status: 412, code: 'precondition_failed', detail: error.message };
+  }
   if (error instanceof NotConfiguredError) {
     return { status: 501, code: 'not_implemented', detail: error.message };
   }

@@ -31,13 +31,23 @@ export async function mapWithLimit<T, R>(
 ): Promise<R[]> {
   const results = new Array<R>(items.length);
   let next = 0;
+  let failed = false;
   const worker = async () => {
-    while (next < items.length) {
+    // After a failure no item is started, and the call settles only once none is running, so that a
+    // caller cleaning up after the failure sees every effect the work had.
+    while (next < items.length && !failed) {
       const index = next++;
-      results[index] = await work(items[index] as T, index);
+      try {
+        results[index] = await work(items[index] as T, index);
+      } catch (error) {
+        failed = true;
+        throw error;
+      }
     }
   };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  const settled = await Promise.allSettled(Array.from({ length: Math.min(limit, items.length) }, worker));
+  const rejected = settled.find((outcome) => outcome.status === 'rejected');
+  if (rejected) throw rejected.reason;
   return results;
 }
 

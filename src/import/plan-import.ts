@@ -240,6 +240,7 @@ class Planner {
       if (outcome === 'refused') refused = true;
       else if (resource.status === 'active') pinSources.push(outcome);
     }
+    if (catalog.resourcesOnly) return;
     for (const [slug, resource] of existing?.resources ?? []) {
       if (!inTree.has(slug)) this.archiveRemoved(ref, resource);
     }

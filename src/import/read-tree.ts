@@ -64,6 +64,11 @@ export interface TreeCatalog {
   readonly description?: string;
   readonly facets?: Facets;
   readonly resources: readonly TreeResource[];
+  /**
+   * D23's one-Resource write: only the Resources given are planned; the others, the Catalog's own
+   * fields and its pins are left as they are (no Catalog version is published).
+   */
+  readonly resourcesOnly?: boolean;
 }
 
 export interface ImportTree {
@@ -125,6 +130,7 @@ export async function readImportTree(
   const listings: FolderListing[] = [];
   for (const entry of sortByName(entries)) {
     if (entry.name.startsWith('.')) continue;
+    if (options.only !== undefined && entry.name !== options.only) continue;
     if (entry.isSymbolicLink()) {
       listings.push(
         emptyListing(entry.name, root, [
@@ -138,6 +144,9 @@ export async function readImportTree(
     }
   }
 
+  if (options.only !== undefined && listings.length === 0) {
+    return { ok: false, problems: [`${path.join(dir, options.only)}: is not a catalog folder`] };
+  }
   const resourceCount = listings.reduce((count, listing) => count + listing.resources.length, 0);
   const counted = progressCounter(resourceCount, 'validated resource files:', onProgress);
   const catalogReadings = await Promise.all(
@@ -273,6 +282,8 @@ export interface TreeOptions {
   readonly maxContentBytes?: number;
   /** D20: the most Resources one Catalog may hold (tests lower it). */
   readonly maxCatalogResources?: number;
+  /** Reads this one catalog folder of the tree and no other (`playbook publish`). */
+  readonly only?: string;
 }
 
 /** D20's default. */

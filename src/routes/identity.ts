@@ -2,12 +2,14 @@ import { hash } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { AuditLog } from '../audit/audit-log.js';
 import { type ApiKeyService, DEFAULT_ROLL_OVERLAP_S, type KeyManager } from '../auth/api-key-service.js';
 import { KEY_IDENTIFIER_HEADER, type LeakReportSignatures, SIGNATURE_HEADER } from '../auth/leak-reports.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
 import { AuthenticationError, NotConfiguredError } from '../errors.js';
 import { Answer, routeSerializer, sendAnswer } from '../http/answer.js';
 import { jsonBodyParser } from '../http/json-body.js';
+import { AuditEventPage, ListAuditEventsQuery } from '../schemas/audit.js';
 import { notModifiedResponse, problemResponses } from '../schemas/common.js';
 import {
   ApiKeyPage,
@@ -28,7 +30,7 @@ function managerOf(request: FastifyRequest): KeyManager {
   const credential = request.principal?.credential;
   // The auth hook admits only access tokens here; anything else is a wiring bug.
   if (credential?.kind !== 'access-token') throw new Error('key management reached without an access token');
-  return credential;
+  return { subject: credential.subject, accounts: credential.accounts, requestId: request.id };
 }
 
 export interface IdentityRouteOptions {
@@ -39,6 +41,8 @@ export interface IdentityRouteOptions {
   readonly limiter: AccessLimiter;
   /** D22's leak reports; without them the operation answers 501. */
   readonly leakSignatures?: LeakReportSignatures;
+  /** D23's audit trail, listed for users of an account. */
+  readonly audit?: AuditLog;
 }
 
 /** Key management of D8 and D22: create (contract §4.5), list, revoke, roll, and leak reports. */
@@ -128,6 +132,34 @@ export function identityRoutes(
         return reply.code(204).send(null);
       },
     );
+
+    const { audit } = options;
+    if (audit) {
+      app.route({
+        method: ['GET', 'HEAD'],
+        url: '/v3/identity/audit-events',
+        config: KEY_MANAGEMENT,
+        schema: {
+          operationId: 'listAuditEvents',
+          summary: "List an account's audit events, newest first",
+          description:
+            "Every write of the account's Catalogs and every key event (creation, roll, revocation, leak revocation), with who did it and the request id (D23). Events are never changed or removed.",
+          tags: ['identity'],
+          security,
+          querystring: ListAuditEventsQuery,
+          response: {
+            200: { ...AuditEventPage, description: 'One page of events, and where it is in the whole list' },
+            ...notModifiedResponse,
+            ...problemResponses(400, 401, 403, 429, 500, 503),
+          },
+        },
+        handler: async (request, reply) => {
+          const { accountId, ...page } = request.query;
+          const list = await audit.listFor(managerOf(request), accountId, page);
+          return sendAnswer(request, reply, Answer.json(routeSerializer<AuditEventPage>(reply)(list)));
+        },
+      });
+    }
 
     app.post(
       '/v3/identity/api-keys/:keyId/roll',
@@ -234,7 +266,7 @@ function leakReportRoute(keys: ApiKeyService, options: IdentityRouteOptions): Fa
           verdicts.push({
             token_hash: hash('sha256', item.token),
             token_type: item.type,
-            label: await keys.revokeLeaked(item.token, item.url),
+            label: await keys.revokeLeaked(item.token, item.url, request.id),
           });
         }
         reply.header('cache-control', 'no-store');

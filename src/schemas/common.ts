@@ -128,6 +128,8 @@ export const ProblemCode = StringEnum([
   'not_found',
   'method_not_allowed',
   'key_inactive',
+  'version_label_taken',
+  'precondition_failed',
   'request_timeout',
   'expectation_failed',
   'headers_too_large',

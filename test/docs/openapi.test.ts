@@ -5,8 +5,8 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildTestApp, PrincipalRegistry } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenCatalog, givenResource } from '../helpers/fixtures.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -66,6 +66,7 @@ const spectral = (file: string) =>
 
 describe('the OpenAPI document (D17), lint-clean and true to the answers', () => {
   let backend: TestBackend;
+  let identity: TestIdentity;
   let app: FastifyInstance;
   let document: Document;
   let dir: string;
@@ -76,9 +77,10 @@ describe('the OpenAPI document (D17), lint-clean and true to the answers', () =>
 
   beforeAll(async () => {
     backend = await createTestBackend();
-    const principals = new PrincipalRegistry();
-    app = await buildTestApp(backend, principals);
-    reader = await principals.register({ accountId: 'acme' });
+    // The whole service: reads, key management, audit, publishing and leak reports.
+    identity = createTestIdentity(backend);
+    app = await buildIdentityApp(backend, identity);
+    reader = (await identity.mintKey({ accountId: 'acme' })).headers;
     const catalog = await givenCatalog(backend.databases.primary, { slug: 'handbook' });
     const resource = await givenResource(backend, catalog, { slug: 'intro' });
     resourceId = resource.id;
@@ -91,6 +93,7 @@ describe('the OpenAPI document (D17), lint-clean and true to the answers', () =>
   });
   afterAll(async () => {
     await app.close();
+    await identity.close();
     await backend.cleanup();
     await fs.rm(dir, { recursive: true, force: true });
   });
@@ -175,9 +178,9 @@ describe('the OpenAPI document (D17), lint-clean and true to the answers', () =>
     expect(operations().filter(({ method }) => method === 'head')).toEqual([]);
   });
 
-  it('declares x-account-id on every read of the playbook', () => {
+  it('declares x-account-id on every operation of the playbook, reads and writes', () => {
     const reads = operations().filter(({ route }) => route.startsWith('/v3/playbook/'));
-    expect(reads.length).toBe(5);
+    expect(reads.length).toBe(10);
     for (const { route, operation } of reads) {
       expect(
         operation.parameters?.map((p) => `${p.in}:${p.name}`),

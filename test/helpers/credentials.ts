@@ -4,6 +4,8 @@ import { setAccount } from '../../src/accounts/accounts.js';
 import { buildApp } from '../../src/app.js';
 import { createIdentity, type Identity, type IdentityOptions } from '../../src/auth/identity.js';
 import { type Config, loadConfig } from '../../src/config.js';
+import type { ContentStore } from '../../src/content/content-store.js';
+import { PublishService } from '../../src/publish/publish-service.js';
 import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from './backend.js';
 import { readSide } from './read-side.js';
@@ -111,14 +113,27 @@ export async function buildIdentityApp(
   backend: TestBackend,
   identity: Identity & { readonly config?: Config },
   logger?: FastifyBaseLogger,
+  /** Parts a test replaces: the object store publishing writes to (to make it fail half-way). */
+  overrides: { readonly objectStore?: ContentStore } = {},
 ): Promise<FastifyInstance> {
   const reads = await readSide(backend.databases.reader, backend.content);
+  const config = identity.config ?? testConfig(backend);
+  const publish = new PublishService(
+    {
+      db: backend.databases.primary,
+      objectStore: overrides.objectStore ?? backend.objectStore,
+      changes: reads.generation,
+    },
+    { maxContentBytes: config.maxContentBytes },
+  );
   const app = await buildApp({
     playbook: reads.playbook,
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,
     readiness: [],
     keys: identity.keys,
+    audit: identity.audit,
+    publish: { service: publish, maxBodyBytes: config.maxPublishBytes },
     ...(identity.leakSignatures ? { leakSignatures: identity.leakSignatures } : {}),
     ...(logger ? { logger } : {}),
     ...(identity.config

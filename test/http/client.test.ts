@@ -173,6 +173,81 @@ describe('the TypeScript client (D24)', () => {
     });
   });
 
+  describe('publishing and the audit trail (D23)', () => {
+    it('puts a Catalog (dry run first), a Resource, a version, archives both, with ETags and If-Match', async () => {
+      // An account of its own, so that the reads around keep counting three Catalogs.
+      await givenAccount(backend.databases.primary, 'pubco');
+      const { key } = await identity.mintKey({
+        accountId: 'pubco',
+        scopes: ['playbook:read', 'playbook:write'],
+      });
+      const publisher = client({ apiKey: key });
+      const input = {
+        name: 'Client handbook',
+        version: '1',
+        resources: [
+          {
+            slug: 'one',
+            kind: 'document' as const,
+            title: 'One',
+            version: '1',
+            mediaType: 'text/markdown',
+            content: '# one',
+          },
+        ],
+      };
+      const dry = await publisher.catalogs.put('client-made', input, { dryRun: true });
+      expect(dry.data).toMatchObject({ dryRun: true, changes: { created: 1 } });
+      expect(dry.etag).toBeUndefined();
+      const made = await publisher.catalogs.put('client-made', input, { createOnly: true });
+      expect(made.data.catalog).toMatchObject({ slug: 'client-made', owner: 'org' });
+      expect(made.etag).toMatch(/^"c/);
+      const again = await publisher.catalogs
+        .put('client-made', input, { createOnly: true })
+        .catch((e: unknown) => e);
+      expect(again).toMatchObject({ status: 412, code: 'precondition_failed' });
+      const renamed = await publisher.catalogs.put(
+        'client-made',
+        { ...input, name: 'Renamed' },
+        { ifMatch: made.etag! },
+      );
+      expect(renamed.etag).not.toBe(made.etag);
+      const stale = await publisher.catalogs
+        .put('client-made', input, { ifMatch: made.etag! })
+        .catch((e: unknown) => e);
+      expect(stale).toMatchObject({ status: 412 });
+
+      const two = await publisher.resources.put('client-made', 'two', {
+        kind: 'document',
+        title: 'Two',
+        version: '1',
+        mediaType: 'text/markdown',
+        content: '# two',
+      });
+      expect(two.data.resource.slug).toBe('two');
+      const version = await publisher.catalogs.publishVersion('client-made', '2');
+      expect(version.data.currentVersion).toMatchObject({ version: '2', resourceCount: 2 });
+      await publisher.resources.archive('client-made', 'two');
+      await publisher.catalogs.archive('client-made');
+      await publisher.catalogs.archive('client-made');
+
+      const manager = new Playbook({
+        accessToken: await identity.mintToken({ user: 'ada', accounts: ['pubco'] }),
+        baseUrl,
+      });
+      const actions: string[] = [];
+      for await (const event of manager.auditEvents.iterate({ accountId: 'pubco', pageSize: 2 }))
+        actions.push(event.action);
+      expect(actions.slice(0, 5)).toEqual([
+        'catalog.archived',
+        'resource.archived',
+        'catalog_version.published',
+        'resource.published',
+        'catalog.published',
+      ]);
+    });
+  });
+
   describe('errors and retries', () => {
     it('raises the problem document as a PlaybookError, and never retries a 400, 403 or 404', async () => {
       const counted = countingFetch();

@@ -83,7 +83,7 @@ describe('leak reports in the secret scanning partner format (D22)', () => {
     backend = await createTestBackend();
     identity = createTestIdentity(backend, {
       env: { PLAYBOOK_LEAK_REPORT_KEYS_URL: url, PLAYBOOK_AUTH_FAILURE_MAX: '1000' },
-      options: { leakKeysRefetchAfterMs: 0, keyEvents: (event) => events.push(event) },
+      options: { leakKeysRefetchAfterMs: 0, keyEvents: (event) => void events.push(event) },
     });
     app = await buildIdentityApp(backend, identity);
     await givenAccount(backend.databases.primary, 'acme');
@@ -146,6 +146,7 @@ describe('leak reports in the secret scanning partner format (D22)', () => {
         keyId: leaked.id,
         accountId: 'acme',
         actor: { type: 'leak-report', url: 'https://github.com/octo/app/blob/0123abc/config.env' },
+        requestId: response.headers['x-request-id'],
       },
     ]);
   });
@@ -197,8 +198,8 @@ describe('leak reports in the secret scanning partner format (D22)', () => {
     for (const [body, name] of [
       ['[]', '(root)'],
       ['{"token":"x"}', '(root)'],
-      ['[{"type":"t"}]', '0.token'],
-      [JSON.stringify([{ token: 'x'.repeat(1001), type: 't' }]), '0.token'],
+      ['[{"type":"t"}]', '[0].token'],
+      [JSON.stringify([{ token: 'x'.repeat(1001), type: 't' }]), '[0].token'],
     ] as const) {
       const response = await post(body, signed(body, current));
       expect(response.statusCode, body).toBe(400);

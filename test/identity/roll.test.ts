@@ -21,7 +21,7 @@ describe('rolling an API key (D22)', () => {
     backend = await createTestBackend();
     identity = createTestIdentity(backend, {
       env: { PLAYBOOK_MAX_KEYS_PER_ACCOUNT: '5' },
-      options: { now: () => clock, keyEvents: (event) => events.push(event) },
+      options: { now: () => clock, keyEvents: (event) => void events.push(event) },
     });
     app = await buildIdentityApp(backend, identity);
     await givenAccount(backend.databases.primary, 'acme');
@@ -107,6 +107,7 @@ describe('rolling an API key (D22)', () => {
         accountId: 'acme',
         actor: { type: 'user', id: 'ada' },
         replacedBy: rolled.id,
+        requestId: response.headers['x-request-id'],
       },
     ]);
     await revokeAll();

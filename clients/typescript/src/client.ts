@@ -1,6 +1,13 @@
 import { parseApiKey } from './api-key.js';
 import type { components, operations } from './openapi.js';
-import { type Call, MemoryCache, type PlaybookCache, type ResponseInfo, Transport } from './transport.js';
+import {
+  type Call,
+  MemoryCache,
+  type PlaybookCache,
+  type ResponseInfo,
+  Transport,
+  type Written,
+} from './transport.js';
 
 type Schemas = components['schemas'];
 type Json<Op extends keyof operations, Status extends number> = operations[Op]['responses'] extends {
@@ -34,6 +41,22 @@ export type ResourceQuery = Query<'listPlaybookCatalogResources'>;
 export type VersionQuery = Query<'listPlaybookResourceVersions'>;
 export type ApiKeyQuery = Query<'listApiKeys'>;
 export type Owner = operations['listPlaybookCatalogResources']['parameters']['path']['owner'];
+export type CatalogInput = Body<'putCatalog'>;
+export type ResourceInput = Body<'putResource'>;
+export type PublishReport = Json<'putCatalog', 200>;
+export type ResourceWriteReport = Json<'putResource', 200>;
+export type AuditEventPage = Json<'listAuditEvents', 200>;
+export type AuditEvent = AuditEventPage['data'][number];
+export type AuditEventQuery = Query<'listAuditEvents'>;
+export type { Written };
+
+/** Options of a write: its preconditions (D23). */
+export interface WriteOptions extends CallOptions {
+  /** The ETag the write is based on: the service answers 412 when the object changed since. */
+  readonly ifMatch?: string;
+  /** Only create: 412 when the object exists. */
+  readonly createOnly?: boolean;
+}
 
 export interface PlaybookOptions {
   /** A secret API key (`svc_sk_…`), sent as `x-api-key`; server-side code only. */
@@ -123,6 +146,29 @@ export class Playbook {
     });
   }
 
+  private write<T>(
+    operation: string,
+    method: 'PUT' | 'POST' | 'DELETE',
+    path: string,
+    body: unknown,
+    options: WriteOptions & { readonly query?: Call['query'] },
+  ): Promise<Written<T>> {
+    const headers: Record<string, string> = {};
+    if (options.ifMatch !== undefined) headers['if-match'] = options.ifMatch;
+    if (options.createOnly) headers['if-none-match'] = '*';
+    return this.transport.exchange<T>({
+      operation,
+      method,
+      path,
+      query: options.query,
+      body,
+      // A PUT or DELETE of the same thing twice leaves the same state: safe to send again (D23).
+      idempotent: method !== 'POST',
+      signal: options.signal,
+      headers,
+    });
+  }
+
   private get<T>(operation: string, path: string, query: Call['query'], options: CallOptions): Promise<T> {
     return this.transport.send<T>({
       operation,
@@ -143,6 +189,42 @@ export class Playbook {
       options: CallOptions = {},
     ): AsyncGenerator<Catalog, void, undefined> =>
       everyItem((page) => this.catalogs.list({ ...query, page }, options), query.page),
+    /**
+     * Publishes a whole Catalog of your account (D23): Resources left out are archived, and a change of
+     * pins publishes a Catalog version under `input.version`. `dryRun` reports and writes nothing.
+     */
+    put: (
+      catalogSlug: string,
+      input: CatalogInput,
+      options: WriteOptions & { readonly dryRun?: boolean } = {},
+    ): Promise<Written<PublishReport>> =>
+      this.write('putCatalog', 'PUT', `v3/playbook/catalogs/org/${segment(catalogSlug)}`, input, {
+        ...options,
+        ...(options.dryRun ? { query: { dryRun: true } } : {}),
+      }),
+    /** Publishes a Catalog version pinning the current versions of its active Resources. */
+    publishVersion: (
+      catalogSlug: string,
+      version: string,
+      options: WriteOptions = {},
+    ): Promise<Written<Catalog>> =>
+      this.write(
+        'publishCatalogVersion',
+        'POST',
+        `v3/playbook/catalogs/org/${segment(catalogSlug)}/versions`,
+        { version },
+        options,
+      ),
+    /** Archives a Catalog of your account; idempotent. */
+    archive: async (catalogSlug: string, options: WriteOptions = {}): Promise<void> => {
+      await this.write(
+        'archiveCatalog',
+        'DELETE',
+        `v3/playbook/catalogs/org/${segment(catalogSlug)}`,
+        undefined,
+        options,
+      );
+    },
   };
 
   /** Resources: a Catalog's list, one Resource, and its versions. */
@@ -185,6 +267,30 @@ export class Playbook {
       options: CallOptions = {},
     ): AsyncGenerator<ResourceVersionSummary, void, undefined> =>
       everyItem((page) => this.resources.versions(resourceId, { ...query, page }, options), query.page),
+    /** Publishes one Resource of an existing Catalog of your account; publishes no Catalog version. */
+    put: (
+      catalogSlug: string,
+      resourceSlug: string,
+      input: ResourceInput,
+      options: WriteOptions = {},
+    ): Promise<Written<ResourceWriteReport>> =>
+      this.write(
+        'putResource',
+        'PUT',
+        `v3/playbook/catalogs/org/${segment(catalogSlug)}/resources/${segment(resourceSlug)}`,
+        input,
+        options,
+      ),
+    /** Archives a Resource of your account; idempotent. */
+    archive: async (catalogSlug: string, resourceSlug: string, options: WriteOptions = {}): Promise<void> => {
+      await this.write(
+        'archiveResource',
+        'DELETE',
+        `v3/playbook/catalogs/org/${segment(catalogSlug)}/resources/${segment(resourceSlug)}`,
+        undefined,
+        options,
+      );
+    },
   };
 
   /** One Resource Version, with its content. */
@@ -196,6 +302,17 @@ export class Playbook {
         undefined,
         options,
       ),
+  };
+
+  /** The audit trail of an account (D23), with an access token of one of its users. */
+  readonly auditEvents = {
+    list: (query: AuditEventQuery, options: CallOptions = {}): Promise<AuditEventPage> =>
+      this.get('listAuditEvents', 'v3/identity/audit-events', query, options),
+    iterate: (
+      query: AuditEventQuery,
+      options: CallOptions = {},
+    ): AsyncGenerator<AuditEvent, void, undefined> =>
+      everyItem((page) => this.auditEvents.list({ ...query, page }, options), query.page),
   };
 
   /** Key management, with an access token. */

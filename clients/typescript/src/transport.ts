@@ -57,13 +57,21 @@ export type QueryValue = string | number | boolean | readonly (string | number)[
 
 export interface Call {
   readonly operation: string;
-  readonly method: 'GET' | 'POST' | 'DELETE';
+  readonly method: 'GET' | 'POST' | 'PUT' | 'DELETE';
   readonly path: string;
   readonly query?: Readonly<Record<string, QueryValue>> | undefined;
   readonly body?: unknown;
   /** Safe to send again after a failure whose outcome is unknown (a 5xx, a lost connection). */
   readonly idempotent: boolean;
   readonly signal?: AbortSignal | undefined;
+  /** Request headers of this call alone (`If-Match`, `If-None-Match`). */
+  readonly headers?: Readonly<Record<string, string>> | undefined;
+}
+
+/** A write's answer: its body and the written object's ETag, to send back in `If-Match`. */
+export interface Written<T> {
+  readonly data: T;
+  readonly etag: string | undefined;
 }
 
 export interface TransportOptions {
@@ -94,6 +102,11 @@ export class Transport {
   constructor(private readonly options: TransportOptions) {}
 
   async send<T>(call: Call): Promise<T> {
+    return (await this.exchange<T>(call)).data;
+  }
+
+  /** Sends `call` and returns the body with the answer's ETag. */
+  async exchange<T>(call: Call): Promise<Written<T>> {
     const { options } = this;
     const url = this.url(call);
     const cacheKey =
@@ -109,6 +122,7 @@ export class Transport {
     if (options.accountId !== undefined) headers['x-account-id'] = options.accountId;
     if (call.body !== undefined) headers['content-type'] = 'application/json';
     if (cached) headers['if-none-match'] = cached.etag;
+    Object.assign(headers, call.headers);
 
     for (let attempt = 1; ; attempt++) {
       let failure: PlaybookError;
@@ -126,7 +140,7 @@ export class Transport {
           describe(call.operation, response, fromCache, attempt);
         if (response.status === 304 && cached) {
           options.onResponse?.(info(true));
-          return cached.body as T;
+          return { data: cached.body as T, etag: cached.etag };
         }
         const text = await response.text();
         if (response.ok) {
@@ -134,7 +148,7 @@ export class Transport {
           const etag = response.headers.get('etag');
           if (cacheKey !== undefined && etag) options.cache!.set(cacheKey, { etag, body });
           options.onResponse?.(info(false));
-          return body as T;
+          return { data: body as T, etag: etag ?? undefined };
         }
         failure = problemOf(response, text);
         const retryable =

@@ -1,0 +1,529 @@
+import { createHash } from 'node:crypto';
+import { v7 } from 'uuid';
+import { type AuditActor, appendAuditEvent } from '../audit/audit-log.js';
+import type { Principal } from '../auth/principal.js';
+import { advanceDataGeneration } from '../catalog/data-generation.js';
+import { toCatalog } from '../catalog/mappers.js';
+import { sha256Hex, utf8Size } from '../content/hash.js';
+import type { Db } from '../db/tables.js';
+import {
+  ConflictError,
+  ForbiddenError,
+  InputError,
+  type InputProblem,
+  NotFoundError,
+  PreconditionFailedError,
+} from '../errors.js';
+import { CatalogPins, manifestHashOf, type PinSource } from '../import/catalog-pins.js';
+import { tooLarge } from '../import/content-file.js';
+import { ImportValidationError } from '../import/import-error.js';
+import type { ImportCounts } from '../import/import-report.js';
+import { type ApplyOptions, applyTree, type ImportDeps } from '../import/import-tree.js';
+import type { CatalogState, NamespaceState } from '../import/namespace-state.js';
+import { loadNamespaceState } from '../import/namespace-state.js';
+import {
+  DATABASE_TEXT_MAX_BYTES,
+  manifestDigestOf,
+  type ResourceBody,
+  type ResourceSource,
+  type TreeCatalog,
+  type TreeResource,
+} from '../import/read-tree.js';
+import type { Catalog } from '../schemas/playbook.js';
+import type {
+  PublishChanges,
+  PublishedResource,
+  PublishReport,
+  PutCatalogBody,
+  PutResourceBody,
+} from '../schemas/publish.js';
+
+/** Who writes, and the preconditions their request carries (D23). */
+export interface WriteContext {
+  readonly principal: Principal;
+  readonly requestId: string;
+  /** `If-Match`: the write goes ahead only if the object's current ETag is one of these (or `*`). */
+  readonly ifMatch?: string | undefined;
+  /** `If-None-Match: *`: the write only creates. */
+  readonly ifNoneMatch?: string | undefined;
+}
+
+export interface PublishOptions {
+  /** D20: the most bytes of content one Resource Version may have. */
+  readonly maxContentBytes: number;
+  readonly now?: () => string;
+}
+
+/** A write's answer: what to send, its status, and the written object's ETag. */
+export interface WriteAnswer<T> {
+  readonly status: 200 | 201;
+  readonly body: T;
+  readonly etag?: string;
+}
+
+/** The body of a one-Resource write answer: the Resource as stored, with its ETag's state. */
+export interface ResourceWrite {
+  readonly catalog: Catalog;
+  readonly resource: { readonly slug: string; readonly id: string; readonly currentVersionId: string | null };
+  readonly changes: PublishChanges;
+}
+
+/** A Resource of a request body, as the planner takes it: content held in memory, digests made once. */
+class BodyResource implements TreeResource, ResourceSource {
+  readonly kind: TreeResource['kind'];
+  readonly title: string;
+  readonly version: string;
+  readonly mediaType: string;
+  readonly status: TreeResource['status'];
+  readonly description: string | undefined;
+  readonly facetsJson: string | undefined;
+  readonly manifestDigest: string;
+  readonly storageBackend: TreeResource['storageBackend'];
+  readonly contentHash: string;
+  readonly contentSizeBytes: number;
+  private readonly body: ResourceBody;
+
+  constructor(
+    readonly slug: string,
+    readonly file: string,
+    spec: PutResourceBody,
+  ) {
+    this.kind = spec.kind;
+    this.title = spec.title;
+    this.version = spec.version;
+    this.mediaType = spec.mediaType;
+    this.status = spec.status ?? 'active';
+    this.description = spec.description;
+    this.facetsJson = spec.facets === undefined ? undefined : JSON.stringify(spec.facets);
+    this.body = { manifest: JSON.stringify(spec.manifest ?? {}), content: spec.content };
+    this.manifestDigest = manifestDigestOf(this.body.manifest);
+    this.contentSizeBytes = utf8Size(spec.content);
+    this.contentHash = sha256Hex(spec.content);
+    this.storageBackend =
+      spec.storageBackend ??
+      (this.contentSizeBytes <= DATABASE_TEXT_MAX_BYTES ? 'database-text' : 'object-storage');
+  }
+
+  get source(): ResourceSource {
+    return this;
+  }
+
+  async read(): Promise<ResourceBody> {
+    return this.body;
+  }
+}
+
+/**
+ * The ETag of a Catalog as a writer sees it: a digest of its row and of every Resource's state, so
+ * that any write to the Catalog or one of its Resources changes it.
+ */
+export function catalogEtag(state: CatalogState): string {
+  const digest = createHash('sha256');
+  const { row } = state;
+  digest.update(`${row.id}\0${row.updated_at}\0${row.status}\0${row.current_version_id ?? ''}\n`);
+  for (const slug of [...state.resources.keys()].sort()) {
+    const resource = state.resources.get(slug)!.row;
+    digest.update(
+      `${slug}\0${resource.id}\0${resource.updated_at}\0${resource.status}\0${resource.current_version_id ?? ''}\n`,
+    );
+  }
+  return `"c${digest.digest('base64url').slice(0, 32)}"`;
+}
+
+/** The tag values of an `If-Match` or `If-None-Match` header. */
+function tagsOf(header: string): string[] {
+  return header.split(',').map((tag) => tag.trim().replace(/^W\//, ''));
+}
+
+/**
+ * Publishing over HTTP (D23): an account writes its own Catalogs with the model of `playbook import`,
+ * through the same planner, one transaction per write.
+ */
+export class PublishService {
+  private readonly now: () => string;
+
+  constructor(
+    private readonly deps: ImportDeps,
+    private readonly options: PublishOptions,
+  ) {
+    this.now = options.now ?? (() => new Date().toISOString());
+  }
+
+  /** `PUT /v3/playbook/catalogs/org/{catalogSlug}`: the whole Catalog, declaratively. */
+  async putCatalog(
+    context: WriteContext,
+    slug: string,
+    body: PutCatalogBody,
+    dryRun: boolean,
+  ): Promise<WriteAnswer<PublishReport>> {
+    const accountId = writerAccount(context.principal);
+    const problems: InputProblem[] = [];
+    const seen = new Map<string, number>();
+    const resources = body.resources.map((spec, index) => {
+      const at = `resources[${index}]`;
+      const first = seen.get(spec.slug);
+      if (first !== undefined) {
+        problems.push({ in: 'body', name: `${at}.slug`, message: `is also the slug of resources[${first}]` });
+      }
+      seen.set(spec.slug, index);
+      this.checkContent(spec, `${at}.content`, problems);
+      return new BodyResource(spec.slug, at, spec);
+    });
+    if (problems.length > 0) throw new InputError(problems);
+    resources.sort((a, b) => (a.slug < b.slug ? -1 : a.slug > b.slug ? 1 : 0));
+    const catalog: TreeCatalog = {
+      slug,
+      file: '(body)',
+      name: body.name,
+      version: body.version,
+      status: body.status ?? 'active',
+      ...(body.description === undefined ? {} : { description: body.description }),
+      ...(body.facets === undefined ? {} : { facets: body.facets }),
+      resources,
+    };
+    let existed = false;
+    const applied = await this.apply(context, accountId, catalog, dryRun, 'catalog.published', (state) => {
+      existed = state.catalogs.has(slug);
+      checkPreconditions(context, state.catalogs.get(slug));
+    });
+    const stored = dryRun && !existed ? undefined : await this.storedCatalog(accountId, slug);
+    return {
+      status: existed || dryRun ? 200 : 201,
+      body: {
+        ...(stored ? { catalog: stored.catalog } : {}),
+        changes: changesOf(applied.report.counts),
+        dryRun,
+        lines: [...applied.report.lines],
+      },
+      ...(stored && !dryRun ? { etag: stored.etag } : {}),
+    };
+  }
+
+  /** `PUT …/catalogs/org/{catalogSlug}/resources/{resourceSlug}`: one Resource of an existing Catalog. */
+  async putResource(
+    context: WriteContext,
+    catalogSlug: string,
+    resourceSlug: string,
+    body: PutResourceBody,
+  ): Promise<WriteAnswer<ResourceWrite>> {
+    const accountId = writerAccount(context.principal);
+    const problems: InputProblem[] = [];
+    this.checkContent(body, 'content', problems);
+    if (problems.length > 0) throw new InputError(problems);
+    const current = await this.catalogState(accountId, catalogSlug);
+    const catalog: TreeCatalog = {
+      slug: catalogSlug,
+      file: '(body)',
+      name: current.row.name,
+      version: '',
+      status: current.row.status,
+      resources: [new BodyResource(resourceSlug, '(body)', body)],
+      resourcesOnly: true,
+    };
+    let existed = false;
+    const applied = await this.apply(context, accountId, catalog, false, 'resource.published', (state) => {
+      const resource = state.catalogs.get(catalogSlug)?.resources.get(resourceSlug);
+      existed = resource !== undefined;
+      checkPreconditions(
+        context,
+        state.catalogs.get(catalogSlug),
+        resource ? resourceEtagOf(resource.row) : undefined,
+        existed,
+      );
+    });
+    const stored = await this.storedCatalog(accountId, catalogSlug);
+    const resource = stored.state.resources.get(resourceSlug)!.row;
+    return {
+      status: existed ? 200 : 201,
+      body: {
+        catalog: stored.catalog,
+        resource: { slug: resource.slug, id: resource.id, currentVersionId: resource.current_version_id },
+        changes: changesOf(applied.report.counts),
+      },
+      etag: resourceEtagOf(resource),
+    };
+  }
+
+  /**
+   * `POST …/catalogs/org/{catalogSlug}/versions`: a Catalog version pinning the current versions of
+   * the active Resources. The same label over the same pins replays (200); over others, 409.
+   */
+  async publishVersion(
+    context: WriteContext,
+    catalogSlug: string,
+    label: string,
+  ): Promise<WriteAnswer<Catalog>> {
+    const accountId = writerAccount(context.principal);
+    const at = this.now();
+    let created = false;
+    await this.deps.db
+      .transaction()
+      .setIsolationLevel('serializable')
+      .execute(async (trx) => {
+        const state = await this.catalogState(accountId, catalogSlug, trx);
+        checkPreconditions(context, state);
+        const sources: PinSource[] = [];
+        for (const [slug, resource] of [...state.resources].sort(([a], [b]) =>
+          a < b ? -1 : a > b ? 1 : 0,
+        )) {
+          const version = resource.currentVersion;
+          if (resource.row.status !== 'active' || !version) continue;
+          sources.push({
+            resourceId: resource.row.id,
+            slug,
+            versionId: version.id,
+            version: version.version,
+            contentHash: version.content_hash,
+          });
+        }
+        const pins = new CatalogPins('org', catalogSlug, sources);
+        const manifestHash = manifestHashOf(pins);
+        const same = await trx
+          .selectFrom('catalog_versions')
+          .select(['manifest_hash'])
+          .where('catalog_id', '=', state.row.id)
+          .where('version', '=', label)
+          .executeTakeFirst();
+        if (same) {
+          if (same.manifest_hash === manifestHash) return;
+          throw new ConflictError(
+            `version "${label}" already names other pins of this catalog; choose a new version label`,
+            'version_label_taken',
+          );
+        }
+        const id = v7();
+        await trx
+          .insertInto('catalog_versions')
+          .values({
+            id,
+            catalog_id: state.row.id,
+            version: label,
+            pins: pins.json(),
+            manifest_hash: manifestHash,
+            resource_count: pins.count,
+            published_at: at,
+            created_at: at,
+          })
+          .execute();
+        await trx
+          .updateTable('catalogs')
+          .set({ current_version_id: id, updated_at: at })
+          .where('id', '=', state.row.id)
+          .execute();
+        await advanceDataGeneration(trx);
+        await appendAuditEvent(trx, {
+          at,
+          accountId,
+          actor: actorOf(context.principal),
+          action: 'catalog_version.published',
+          target: `catalog:org/${catalogSlug}`,
+          requestId: context.requestId,
+          summary: `catalog version ${label} published: ${pins.count} pins`,
+        });
+        created = true;
+      });
+    if (created) await this.deps.changes?.announce();
+    const stored = await this.storedCatalog(accountId, catalogSlug);
+    return { status: created ? 201 : 200, body: stored.catalog, etag: stored.etag };
+  }
+
+  /** `DELETE …/catalogs/org/{catalogSlug}`: archives the Catalog; idempotent. */
+  async archiveCatalog(context: WriteContext, catalogSlug: string): Promise<void> {
+    await this.archive(context, catalogSlug, undefined);
+  }
+
+  /** `DELETE …/catalogs/org/{catalogSlug}/resources/{resourceSlug}`: archives the Resource; idempotent. */
+  async archiveResource(context: WriteContext, catalogSlug: string, resourceSlug: string): Promise<void> {
+    await this.archive(context, catalogSlug, resourceSlug);
+  }
+
+  private async archive(
+    context: WriteContext,
+    catalogSlug: string,
+    resourceSlug: string | undefined,
+  ): Promise<void> {
+    const accountId = writerAccount(context.principal);
+    const at = this.now();
+    let changed = false;
+    await this.deps.db
+      .transaction()
+      .setIsolationLevel('serializable')
+      .execute(async (trx) => {
+        const state = await this.catalogState(accountId, catalogSlug, trx);
+        const resource = resourceSlug === undefined ? undefined : state.resources.get(resourceSlug);
+        if (resourceSlug !== undefined && !resource) throw new NotFoundError('no such resource');
+        checkPreconditions(context, state, resource ? resourceEtagOf(resource.row) : undefined, true);
+        const table = resource ? 'resources' : 'catalogs';
+        const row = resource ? resource.row : state.row;
+        if (row.status === 'archived') return;
+        await trx
+          .updateTable(table)
+          .set({ status: 'archived', archived_at: at, updated_at: at })
+          .where('id', '=', row.id)
+          .execute();
+        await advanceDataGeneration(trx);
+        const target = resource
+          ? `resource:org/${catalogSlug}/${resourceSlug}`
+          : `catalog:org/${catalogSlug}`;
+        await appendAuditEvent(trx, {
+          at,
+          accountId,
+          actor: actorOf(context.principal),
+          action: resource ? 'resource.archived' : 'catalog.archived',
+          target,
+          requestId: context.requestId,
+          summary: `${resource ? 'resource' : 'catalog'} org/${catalogSlug}${resource ? `/${resourceSlug}` : ''} archived`,
+        });
+        changed = true;
+      });
+    if (changed) await this.deps.changes?.announce();
+  }
+
+  private checkContent(spec: { content: string }, name: string, problems: InputProblem[]): void {
+    const size = utf8Size(spec.content);
+    if (size > this.options.maxContentBytes) {
+      problems.push({ in: 'body', name, message: tooLarge(size, this.options.maxContentBytes) });
+    }
+  }
+
+  private async apply(
+    context: WriteContext,
+    accountId: string,
+    catalog: TreeCatalog,
+    dryRun: boolean,
+    action: 'catalog.published' | 'resource.published',
+    precondition: (state: NamespaceState) => void,
+  ) {
+    const options: ApplyOptions = {
+      owner: { kind: 'account', accountId },
+      dryRun,
+      now: this.now,
+      precondition,
+      withinTransaction: async (trx, plan) => {
+        await appendAuditEvent(trx, {
+          at: plan.now,
+          accountId,
+          actor: actorOf(context.principal),
+          action,
+          target:
+            action === 'catalog.published'
+              ? `catalog:org/${catalog.slug}`
+              : `resource:org/${catalog.slug}/${catalog.resources[0]!.slug}`,
+          requestId: context.requestId,
+          summary: summaryOf(plan.counts),
+        });
+      },
+    };
+    try {
+      return await applyTree(
+        this.deps,
+        { catalogs: [catalog], resourceFileCount: catalog.resources.length },
+        options,
+      );
+    } catch (error) {
+      if (error instanceof ImportValidationError && error.kind === 'immutable') {
+        throw new ConflictError(error.problems.join('; ').replaceAll('(body): ', ''), 'version_label_taken');
+      }
+      throw error;
+    }
+  }
+
+  private async catalogState(accountId: string, slug: string, db: Db = this.deps.db): Promise<CatalogState> {
+    const state = (await loadNamespaceState(db, { kind: 'account', accountId }, [slug])).catalogs.get(slug);
+    if (!state) throw new NotFoundError('no such catalog');
+    return state;
+  }
+
+  /** The Catalog as it now is, and its ETag. */
+  private async storedCatalog(accountId: string, slug: string) {
+    const state = await this.catalogState(accountId, slug);
+    const version = state.row.current_version_id
+      ? await this.deps.db
+          .selectFrom('catalog_versions')
+          .select(['id', 'version', 'pins', 'manifest_hash', 'resource_count', 'published_at'])
+          .where('id', '=', state.row.current_version_id)
+          .executeTakeFirst()
+      : undefined;
+    return { state, catalog: toCatalog(state.row, version), etag: catalogEtag(state) };
+  }
+}
+
+/** The account a write acts for: `org` is always the caller's own (D5, D23). */
+function writerAccount(principal: Principal): string {
+  if (principal.accountId === null) {
+    throw new ForbiddenError('publishing needs an account: this credential acts for none');
+  }
+  return principal.accountId;
+}
+
+function actorOf(principal: Principal): AuditActor {
+  const { credential } = principal;
+  return credential.kind === 'api-key'
+    ? { type: 'api-key', id: credential.keyId }
+    : { type: 'user', id: credential.subject };
+}
+
+/** The ETag of one Resource as a writer sees it. */
+export function resourceEtagOf(row: {
+  id: string;
+  updated_at: string;
+  status: string;
+  current_version_id: string | null;
+}): string {
+  const digest = createHash('sha256')
+    .update(`${row.id}\0${row.updated_at}\0${row.status}\0${row.current_version_id ?? ''}`)
+    .digest('base64url');
+  return `"r${digest.slice(0, 32)}"`;
+}
+
+/**
+ * `If-Match` and `If-None-Match: *` against what is stored (D23): the object's ETag is the Catalog's,
+ * or the Resource's for a one-Resource write.
+ */
+function checkPreconditions(
+  context: WriteContext,
+  catalog: CatalogState | undefined,
+  resourceEtag?: string,
+  resourceWrite = false,
+): void {
+  const current = resourceWrite ? resourceEtag : catalog ? catalogEtag(catalog) : undefined;
+  if (
+    context.ifNoneMatch !== undefined &&
+    tagsOf(context.ifNoneMatch).includes('*') &&
+    current !== undefined
+  ) {
+    throw new PreconditionFailedError('If-None-Match: * asks to create, and this already exists');
+  }
+  if (context.ifMatch !== undefined) {
+    const tags = tagsOf(context.ifMatch);
+    const holds = current !== undefined && (tags.includes('*') || tags.includes(current));
+    if (!holds) {
+      throw new PreconditionFailedError(
+        'If-Match does not name the current ETag: it changed since it was read; read it again',
+      );
+    }
+  }
+}
+
+function changesOf(counts: ImportCounts): PublishChanges {
+  return {
+    created: counts.resourcesCreated,
+    updated: counts.resourcesUpdated,
+    superseded: counts.resourceVersionsSuperseded,
+    archived: counts.resourcesArchived,
+    unchanged: counts.resourcesUnchanged,
+  };
+}
+
+function summaryOf(counts: ImportCounts): string {
+  const parts = [
+    `${counts.resourcesCreated} created`,
+    `${counts.resourcesUpdated} updated`,
+    `${counts.resourceVersionsSuperseded} superseded`,
+    `${counts.resourcesArchived} archived`,
+    ...(counts.catalogVersionsPublished > 0 ? ['a catalog version published'] : []),
+  ];
+  return parts.join(', ');
+}
+
+export type { PublishedResource };

@@ -1,0 +1,218 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Principal } from '../auth/principal.js';
+import { ForbiddenError } from '../errors.js';
+import type { PublishService, WriteAnswer, WriteContext } from '../publish/publish-service.js';
+import { problemResponses } from '../schemas/common.js';
+import { Catalog } from '../schemas/playbook.js';
+import {
+  CatalogWriteParams,
+  DryRunQuery,
+  PublishChanges,
+  PublishReport,
+  PublishVersionBody,
+  PutCatalogBody,
+  PutResourceBody,
+  ResourceWriteParams,
+} from '../schemas/publish.js';
+
+const security: { [scheme: string]: string[] }[] = [{ apiKey: [] }, { accessToken: [] }];
+/** Writes take `playbook:write`: a key with it, or a user's access token (D23). */
+const WRITE = { auth: { policy: 'api-key-or-token', scope: 'playbook:write' } } as const;
+
+const Preconditions = Type.Object({
+  'if-match': Type.Optional(
+    Type.String({
+      maxLength: 1000,
+      description: 'the ETag this write was based on: 412 when the object changed since',
+    }),
+  ),
+  'if-none-match': Type.Optional(
+    Type.String({ maxLength: 1000, description: '`*`: create only, 412 when it exists' }),
+  ),
+});
+
+const ResourceWriteAnswer = Type.Object({
+  catalog: Type.Ref(Catalog),
+  resource: Type.Object({
+    slug: Type.String({ maxLength: 120 }),
+    id: Type.String({ maxLength: 36 }),
+    currentVersionId: Type.Union([Type.String({ maxLength: 36 }), Type.Null()]),
+  }),
+  changes: PublishChanges,
+});
+
+function contextOf(request: FastifyRequest, owner: 'svc' | 'org'): WriteContext {
+  const principal = request.principal as Principal;
+  if (owner === 'svc') {
+    throw new ForbiddenError(
+      'service Catalogs are written by operators (playbook import --owner svc); publish under org',
+    );
+  }
+  const headers = request.headers;
+  return {
+    principal,
+    requestId: request.id,
+    ifMatch: typeof headers['if-match'] === 'string' ? headers['if-match'] : undefined,
+    ifNoneMatch: typeof headers['if-none-match'] === 'string' ? headers['if-none-match'] : undefined,
+  };
+}
+
+function send<T>(reply: FastifyReply, answer: WriteAnswer<T>): T {
+  reply.code(answer.status).header('cache-control', 'no-store');
+  if (answer.etag) reply.header('etag', answer.etag);
+  return answer.body;
+}
+
+const WRITE_ERRORS = problemResponses(400, 401, 403, 404, 409, 412, 429, 500, 503);
+
+/**
+ * Publishing of D23: an account writes its own (`org`) Catalogs with the model of `playbook import`.
+ * Every write answer carries the written object's ETag; `If-Match` and `If-None-Match: *` guard it.
+ */
+export function publishRoutes(publish: PublishService, maxPublishBytes: number): FastifyPluginAsyncTypebox {
+  return async (app) => {
+    app.put(
+      '/v3/playbook/catalogs/:owner/:catalogSlug',
+      {
+        config: WRITE,
+        bodyLimit: maxPublishBytes,
+        schema: {
+          operationId: 'putCatalog',
+          summary: 'Publish a whole Catalog of your account, declaratively',
+          description:
+            'Exactly an import of one catalog folder (D15, D23), in one transaction: new Resource Versions, superseding, immutable labels (409 version_label_taken), Resources left out archived, a new Catalog version when the pins change. 201 when the Catalog is created, else 200; the same body twice writes nothing. dryRun=true reports and writes nothing. The body is at most PLAYBOOK_MAX_PUBLISH_BYTES.',
+          tags: ['playbook'],
+          security,
+          params: CatalogWriteParams,
+          querystring: DryRunQuery,
+          headers: Preconditions,
+          body: PutCatalogBody,
+          response: {
+            200: { ...PublishReport, description: 'Updated (or unchanged), or what a dry run would do' },
+            201: { ...PublishReport, description: 'Created' },
+            ...WRITE_ERRORS,
+          },
+        },
+      },
+      async (request, reply) => {
+        const context = contextOf(request, request.params.owner);
+        const dryRun = request.query.dryRun === true;
+        return send(
+          reply,
+          await publish.putCatalog(context, request.params.catalogSlug, request.body, dryRun),
+        );
+      },
+    );
+
+    app.put(
+      '/v3/playbook/catalogs/:owner/:catalogSlug/resources/:resourceSlug',
+      {
+        config: WRITE,
+        bodyLimit: maxPublishBytes,
+        schema: {
+          operationId: 'putResource',
+          summary: 'Publish one Resource of an existing Catalog of your account',
+          description:
+            'Creates or updates the Resource as an import would (a new Resource Version for new content, under a new label); publishes no Catalog version: POST …/versions does.',
+          tags: ['playbook'],
+          security,
+          params: ResourceWriteParams,
+          headers: Preconditions,
+          body: PutResourceBody,
+          response: {
+            200: { ...ResourceWriteAnswer, description: 'Updated, or unchanged' },
+            201: { ...ResourceWriteAnswer, description: 'Created' },
+            ...WRITE_ERRORS,
+          },
+        },
+      },
+      async (request, reply) => {
+        const { owner, catalogSlug, resourceSlug } = request.params;
+        const context = contextOf(request, owner);
+        return send(reply, await publish.putResource(context, catalogSlug, resourceSlug, request.body));
+      },
+    );
+
+    app.post(
+      '/v3/playbook/catalogs/:owner/:catalogSlug/versions',
+      {
+        config: WRITE,
+        schema: {
+          operationId: 'publishCatalogVersion',
+          summary: "Publish a Catalog version pinning the active Resources' current versions",
+          description:
+            'The same label over the same pins replays (200); a label already naming other pins is 409 version_label_taken.',
+          tags: ['playbook'],
+          security,
+          params: CatalogWriteParams,
+          headers: Preconditions,
+          body: PublishVersionBody,
+          response: {
+            200: { ...Type.Ref(Catalog), description: 'Already published: the Catalog as it is' },
+            201: { ...Type.Ref(Catalog), description: 'Published: the Catalog with its new current version' },
+            ...WRITE_ERRORS,
+          },
+        },
+      },
+      async (request, reply) => {
+        const context = contextOf(request, request.params.owner);
+        return send(
+          reply,
+          await publish.publishVersion(context, request.params.catalogSlug, request.body.version),
+        );
+      },
+    );
+
+    app.delete(
+      '/v3/playbook/catalogs/:owner/:catalogSlug',
+      {
+        config: WRITE,
+        schema: {
+          operationId: 'archiveCatalog',
+          summary: 'Archive a Catalog of your account; idempotent',
+          description:
+            'The Catalog keeps its Resources and versions; it leaves the lists of its readers. A Catalog that does not exist is 404.',
+          tags: ['playbook'],
+          security,
+          params: CatalogWriteParams,
+          headers: Preconditions,
+          response: {
+            204: Type.Null({ description: 'Archived (or already archived)' }),
+            ...problemResponses(400, 401, 403, 404, 412, 429, 500, 503),
+          },
+        },
+      },
+      async (request, reply) => {
+        await publish.archiveCatalog(contextOf(request, request.params.owner), request.params.catalogSlug);
+        return reply.code(204).send(null);
+      },
+    );
+
+    app.delete(
+      '/v3/playbook/catalogs/:owner/:catalogSlug/resources/:resourceSlug',
+      {
+        config: WRITE,
+        schema: {
+          operationId: 'archiveResource',
+          summary: 'Archive a Resource of your account; idempotent',
+          description: 'Publishes no Catalog version: the pins change with the next POST …/versions.',
+          tags: ['playbook'],
+          security,
+          params: ResourceWriteParams,
+          headers: Preconditions,
+          response: {
+            204: Type.Null({ description: 'Archived (or already archived)' }),
+            ...problemResponses(400, 401, 403, 404, 412, 429, 500, 503),
+          },
+        },
+      },
+      async (request, reply) => {
+        const { owner, catalogSlug, resourceSlug } = request.params;
+        await publish.archiveResource(contextOf(request, owner), catalogSlug, resourceSlug);
+        return reply.code(204).send(null);
+      },
+    );
+  };
+}

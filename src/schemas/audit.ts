@@ -1,0 +1,48 @@
+import { type Static, Type } from '@sinclair/typebox';
+import { DateTime, Page, PageQuery, StringEnum, Uuid } from './common.js';
+import { AccountId } from './identity.js';
+
+/** D23: what the audit trail records. */
+export const AUDIT_ACTIONS = [
+  'catalog.published',
+  'catalog.archived',
+  'catalog_version.published',
+  'resource.published',
+  'resource.archived',
+  'api_key.created',
+  'api_key.rolled',
+  'api_key.revoked',
+  'api_key.leak_revoked',
+] as const;
+
+export const AUDIT_ACTOR_TYPES = ['api-key', 'user', 'operator', 'leak-report'] as const;
+
+export const AuditEvent = Type.Object({
+  id: Uuid,
+  at: DateTime,
+  accountId: AccountId,
+  actor: Type.Object({
+    type: StringEnum(AUDIT_ACTOR_TYPES, {
+      description:
+        'api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report',
+    }),
+    id: Type.Optional(
+      Type.String({ maxLength: 2048, description: 'the key id, the user (token subject), or the leak URL' }),
+    ),
+  }),
+  action: StringEnum(AUDIT_ACTIONS),
+  target: Type.String({ maxLength: 300, description: 'what it was done to, e.g. catalog:org/handbook' }),
+  requestId: Type.Optional(Type.String({ maxLength: 128, description: 'the x-request-id of the write' })),
+  summary: Type.String({ maxLength: 1000, description: 'what changed, in one line' }),
+});
+export type AuditEvent = Static<typeof AuditEvent>;
+
+export const AuditEventPage = Page(AuditEvent, {
+  description: "One page of an account's audit events, newest first",
+});
+export type AuditEventPage = Static<typeof AuditEventPage>;
+
+export const ListAuditEventsQuery = Type.Object(
+  { accountId: AccountId, ...PageQuery },
+  { additionalProperties: false },
+);

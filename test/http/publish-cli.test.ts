@@ -1,0 +1,143 @@
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import type { FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { main } from '../../src/cli/program.js';
+import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
+import { givenAccount } from '../helpers/fixtures.js';
+import { catalogJson, newTreeDir, resourceJson, writeTree } from '../import/support.js';
+
+class Capture extends Writable {
+  text = '';
+  override _write(chunk: Buffer, _encoding: string, done: () => void): void {
+    this.text += chunk.toString('utf8');
+    done();
+  }
+}
+
+/** D23: `playbook publish <catalogDir> --url <baseUrl> [--dry-run]`, walked against a running server. */
+describe('playbook publish (D23)', () => {
+  let backend: TestBackend;
+  let identity: TestIdentity;
+  let app: FastifyInstance;
+  let baseUrl: string;
+  let key: string;
+  let folder: string;
+
+  beforeAll(async () => {
+    backend = await createTestBackend();
+    identity = createTestIdentity(backend);
+    app = await buildIdentityApp(backend, identity);
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    baseUrl = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    await givenAccount(backend.databases.primary, 'acme');
+    key = (await identity.mintKey({ accountId: 'acme', scopes: ['playbook:read', 'playbook:write'] })).key;
+    const tree = await newTreeDir(backend);
+    await writeTree(tree, {
+      'handbook/catalog.json': catalogJson({ version: '1' }),
+      'handbook/resources/intro.json': resourceJson({ title: 'Intro', content: '# Intro\n' }),
+      'handbook/resources/guide.json': resourceJson({
+        title: 'Guide',
+        content: undefined,
+        contentFile: 'files/guide.md',
+      }),
+      'handbook/resources/files/guide.md': '# Guide\n\nFrom a content file.\n',
+      'other/catalog.json': catalogJson(),
+    });
+    folder = path.join(tree, 'handbook');
+  });
+  afterAll(async () => {
+    await app.close();
+    await identity.close();
+    await backend.cleanup();
+  });
+
+  async function publish(args: string[], env: Record<string, string> = { PLAYBOOK_API_KEY: key }) {
+    const stdout = new Capture();
+    const stderr = new Capture();
+    const code = await main(
+      ['node', 'playbook', 'publish', ...args],
+      { ...backend.env, ...env },
+      { stdout, stderr },
+    );
+    return { code, stdout: stdout.text, stderr: stderr.text };
+  }
+  const listed = async () =>
+    (
+      await app.inject({ url: '/v3/playbook/catalogs/org/handbook/resources', headers: { 'x-api-key': key } })
+    ).json();
+
+  it('--dry-run prints the change report and writes nothing', async () => {
+    const result = await publish([folder, '--url', baseUrl, '--dry-run']);
+    expect(result).toMatchObject({ code: 0, stderr: '' });
+    expect(result.stdout).toContain('+ resource org/handbook/guide (document, active)');
+    expect(result.stdout.trim().split('\n').at(-1)).toBe(
+      'dry run of org/handbook: 2 created, 0 updated, 0 superseded, 0 archived, 0 unchanged; nothing was written',
+    );
+    expect(
+      (
+        await app.inject({
+          url: '/v3/playbook/catalogs/org/handbook/resources',
+          headers: { 'x-api-key': key },
+        })
+      ).statusCode,
+    ).toBe(404);
+  });
+
+  it("publishes the folder (content files included) as the key's account, then finds nothing to change", async () => {
+    const result = await publish([folder, '--url', baseUrl]);
+    expect(result).toMatchObject({ code: 0, stderr: '' });
+    expect(result.stdout.trim().split('\n').at(-1)).toBe(
+      'org/handbook: 2 created, 0 updated, 0 superseded, 0 archived, 0 unchanged',
+    );
+    const resources = await listed();
+    expect(resources.data.map((r: { slug: string }) => r.slug)).toEqual(['guide', 'intro']);
+    const guide = resources.data[0];
+    const detail = (
+      await app.inject({ url: `/v3/playbook/resources/${guide.id}`, headers: { 'x-api-key': key } })
+    ).json();
+    expect(detail.currentVersion.content).toBe('# Guide\n\nFrom a content file.\n');
+    const again = await publish([folder, '--url', baseUrl]);
+    expect(again.stdout.trim()).toBe(
+      'org/handbook: 0 created, 0 updated, 0 superseded, 0 archived, 2 unchanged',
+    );
+  });
+
+  it("exits 1 with the problem's detail when the service refuses, and writes nothing", async () => {
+    await writeTree(folder, {
+      'resources/intro.json': resourceJson({ title: 'Intro', content: '# Changed\n' }),
+    });
+    const result = await publish([folder, '--url', baseUrl]);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(
+      /^playbook: publish failed: 409 version_label_taken: .*content changed but the version "1.0.0" did not/m,
+    );
+    const refused = await publish([folder, '--url', baseUrl], {
+      PLAYBOOK_API_KEY: (await identity.mintKey({ accountId: 'acme' })).key,
+    });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toBe(
+      'playbook: publish failed: 403 forbidden: this operation needs the playbook:write scope\n',
+    );
+    await writeTree(folder, {
+      'resources/intro.json': resourceJson({ title: 'Intro', content: '# Intro\n' }),
+    });
+  });
+
+  it('exits 1 listing the problems of an invalid folder, and 2 without a key or a URL', async () => {
+    await writeTree(folder, { 'resources/broken.json': '{ not json' });
+    const invalid = await publish([folder, '--url', baseUrl]);
+    expect(invalid.code).toBe(1);
+    expect(invalid.stderr).toContain('handbook/resources/broken.json: is not valid JSON');
+    const missing = await publish([path.join(folder, 'nowhere'), '--url', baseUrl]);
+    expect(missing.code).toBe(1);
+    expect((await publish([folder, '--url', baseUrl], {})).code).toBe(2);
+    expect((await publish([folder])).code).toBe(2);
+    expect((await publish([folder, '--url', 'ftp://x'])).code).toBe(2);
+    const forged = await publish([folder, '--url', baseUrl], { PLAYBOOK_API_KEY: `${key.slice(0, -1)}#` });
+    expect(forged.code).toBe(2);
+    expect(forged.stderr).not.toContain(key.slice(20));
+  });
+});
