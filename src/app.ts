@@ -246,6 +246,18 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     }),
   });
 
+  // Someone who opens the service in a browser finds where to go, rather than a bare 404.
+  app.get('/', { schema: { hide: true } }, async (_request, reply) => {
+    reply.header('cache-control', 'public, max-age=300');
+    return {
+      name: 'Playbook API',
+      documentation: '/docs',
+      openapi: '/v3/openapi.json',
+      health: '/healthz',
+      readiness: '/readyz',
+    };
+  });
+
   app.get('/v3/openapi.json', { schema: { hide: true } }, async (_request, reply) => {
     reply.header('cache-control', 'public, max-age=300');
     return app.swagger();

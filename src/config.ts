@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
+import { PROJECT_ROOT } from './project-root.js';
 import { MAX_CONTENT_BYTES_CEILING } from './schemas/playbook.js';
 
 /**
@@ -10,7 +11,9 @@ import { MAX_CONTENT_BYTES_CEILING } from './schemas/playbook.js';
 const EnvSchema = Type.Object({
   PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
   HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
-  PLAYBOOK_DATA_DIR: Type.String({ minLength: 1, default: './data' }),
+  PLAYBOOK_METRICS_PORT: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
+  PLAYBOOK_METRICS_HOST: Type.String({ minLength: 1, default: '127.0.0.1' }),
+  PLAYBOOK_DATA_DIR: Type.Optional(Type.String({ minLength: 1 })),
   PLAYBOOK_DATABASE_URL: Type.Optional(
     Type.String({
       pattern: '^(postgres|postgresql)://|^sqlite:',
@@ -74,6 +77,8 @@ export type ContentStoreConfig =
 
 export interface Config {
   readonly port: number;
+  /** D25: where `GET /metrics` listens; absent when `PLAYBOOK_METRICS_PORT` is unset (no listener). */
+  readonly metrics?: { readonly port: number; readonly host: string };
   readonly host: string;
   readonly dataDir: string;
   readonly database: DatabaseConfig;
@@ -188,7 +193,12 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     values[name] = readVariable(name, schema, source[name]);
   }
   const env = values as Env;
-  const dataDir = path.resolve(env.PLAYBOOK_DATA_DIR);
+  // Unset, it is the project's own `data/`, wherever the command runs from: `npx playbook token` in
+  // another folder must use the server's signing key and database, not make fresh ones there.
+  const dataDir =
+    env.PLAYBOOK_DATA_DIR === undefined
+      ? path.join(PROJECT_ROOT, 'data')
+      : path.resolve(env.PLAYBOOK_DATA_DIR);
   const jwt = {
     accountsClaim: env.PLAYBOOK_JWT_ACCOUNTS_CLAIM,
     clockToleranceS: env.PLAYBOOK_JWT_CLOCK_TOLERANCE_S,
@@ -199,6 +209,9 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
   };
   const config: Config = {
     port: env.PORT,
+    ...(env.PLAYBOOK_METRICS_PORT === undefined
+      ? {}
+      : { metrics: { port: env.PLAYBOOK_METRICS_PORT, host: env.PLAYBOOK_METRICS_HOST } }),
     host: env.HOST,
     dataDir,
     database: parseDatabase(env, dataDir),

@@ -10,7 +10,9 @@ import type { Config } from './config.js';
 import { ContentReader } from './content/content-reader.js';
 import type { ContentStore } from './content/content-store.js';
 import { DatabaseContentStore } from './content/database-store.js';
+import { observedStore } from './content/observed-store.js';
 import type { Databases } from './db/create-db.js';
+import { observeAnswerCacheSize } from './observability/metrics.js';
 import { PublishService } from './publish/publish-service.js';
 import type { ReadinessCheck } from './routes/operations.js';
 import { createStorage } from './storage.js';
@@ -61,10 +63,13 @@ export function createServices(
       : { dataGenerationPollMs: options.dataGenerationPollMs }),
   });
   const { databases, objectStore, redis, generation } = storage;
-  const content = new ContentReader([new DatabaseContentStore(databases.reader), objectStore], {
-    onIntegrityError: (details) =>
-      logger.error(details, 'stored content does not match its hash; not served'),
-  });
+  const content = new ContentReader(
+    [observedStore(new DatabaseContentStore(databases.reader)), objectStore],
+    {
+      onIntegrityError: (details) =>
+        logger.error(details, 'stored content does not match its hash; not served'),
+    },
+  );
   const readiness: ReadinessCheck[] = [
     { name: 'database', check: async () => void (await sql`select 1`.execute(databases.primary)) },
     { name: 'contentStore', check: () => objectStore.check() },
@@ -80,6 +85,7 @@ export function createServices(
   if (redis) readiness.push({ name: 'redis', optional: true, check: () => redis.check() });
   const answers = new AnswerCache(config.answerCacheBytes);
   generation.onChange(() => answers.clear());
+  const unobserve = observeAnswerCacheSize(() => answers.bytes);
   const playbook = new PlaybookService(databases.reader, content, answers);
   const identity = createIdentity(config, databases.primary, logger, {
     ...options.identity,
@@ -104,6 +110,7 @@ export function createServices(
     identity,
     gettingStarted: (address) => identity.gettingStarted(address),
     close: async () => {
+      unobserve();
       generation.stop();
       // Pending lastUsedAt times are written while the database is still open.
       await identity.close();

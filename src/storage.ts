@@ -3,6 +3,7 @@ import { DataGeneration } from './catalog/data-generation.js';
 import type { Config } from './config.js';
 import type { ContentStore } from './content/content-store.js';
 import { DirectoryContentStore } from './content/directory-store.js';
+import { observedStore } from './content/observed-store.js';
 import { S3ContentStore } from './content/s3-store.js';
 import { createDatabases, type Databases } from './db/create-db.js';
 import { connectRedisSharedState, type RedisSharedState } from './redis/redis-shared-state.js';
@@ -48,7 +49,7 @@ export function createStorage(
   options: StorageOptions = {},
 ): Storage {
   const databases = createDatabases(config.database);
-  const objectStore = createObjectStore(config);
+  const objectStore = observedStore(createObjectStore(config));
   // Several instances share rate limits, revocations and data changes through Redis (D8, D10).
   const redis =
     config.redisUrl === undefined

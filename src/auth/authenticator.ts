@@ -1,5 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AuthenticationError, ForbiddenError } from '../errors.js';
+import { authentications } from '../observability/metrics.js';
 import type { Scope } from '../schemas/identity.js';
 import type { Principal } from './principal.js';
 import type { AccessLimiter } from './rate-limits.js';
@@ -38,16 +39,38 @@ export function authHook(authenticator: Authenticator, limiter: AccessLimiter) {
     const needs = request.routeOptions.config.auth;
     if (!needs) return;
     let principal: Principal;
+    const kind = credentialKind(request);
     try {
       principal = await authenticator.authenticate(request, needs.policy);
     } catch (error) {
-      if (error instanceof AuthenticationError) await limiter.recordFailure(request, reply);
+      if (error instanceof AuthenticationError) {
+        authentications.inc({ kind, outcome: 'refused', reason: refusalReason(error.message) });
+        await limiter.recordFailure(request, reply);
+      }
       throw error;
     }
+    authentications.inc({ kind, outcome: 'accepted', reason: '' });
     request.principal = principal;
     await limiter.consume(request, reply);
     if (needs.scope && !principal.scopes.has(needs.scope)) {
       throw new ForbiddenError(`this operation needs the ${needs.scope} scope`);
     }
   };
+}
+
+/** Which credential a request presented, for the metrics (D25). */
+function credentialKind(request: FastifyRequest): 'api_key' | 'access_token' | 'none' {
+  if (request.headers['x-api-key'] !== undefined) return 'api_key';
+  return request.headers.authorization === undefined ? 'none' : 'access_token';
+}
+
+/** Why a credential was refused, in one word of a fixed set (a label value, never the message). */
+export function refusalReason(message: string): string {
+  if (/required/.test(message)) return 'missing';
+  if (/malformed|must be "Bearer/.test(message)) return 'malformed';
+  if (/expired/.test(message)) return 'expired';
+  if (/revoked/.test(message)) return 'revoked';
+  if (/accepts only/.test(message)) return 'environment';
+  if (/claim|subject/.test(message)) return 'claims';
+  return 'invalid';
 }

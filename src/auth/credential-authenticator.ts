@@ -87,6 +87,12 @@ export class CredentialAuthenticator implements Authenticator {
     if (token === undefined) {
       throw new AuthenticationError('the Authorization header must be "Bearer <access token>"');
     }
+    // An API key sent as a bearer token is a common slip: say where it goes, never echo it.
+    if (token.startsWith('svc_sk_')) {
+      throw new AuthenticationError(
+        'the access token is malformed: this looks like an API key, which goes in the x-api-key header, not Authorization: Bearer',
+      );
+    }
     const { subject, accounts } = await this.tokens.verify(token);
     const selected = header(request, 'x-account-id');
     if (selected !== undefined && !accounts.includes(selected)) {

@@ -135,13 +135,13 @@ export function createIdentity(
 function gettingStarted(config: Config, address: string): string[] {
   if (config.jwt.jwksUrl !== undefined) {
     return [
-      `Playbook (${config.environment}) is serving on ${address}`,
+      `Playbook (${config.environment}) is serving on ${address}; API documentation at ${address}/docs`,
       `Access tokens are verified with ${config.jwt.jwksUrl}; create API keys with POST ${address}/v3/identity/api-keys`,
     ];
   }
   const body = `{"name":"first key","accountId":"demo","scopes":["playbook:read"]}`;
   return [
-    `Playbook (${config.environment}) is serving on ${address}`,
+    `Playbook (${config.environment}) is serving on ${address}; API documentation at ${address}/docs`,
     'First steps, with the embedded dev token signer:',
     '  TOKEN=$(npx playbook token --user you --account demo)',
     `  curl -s -X POST ${address}/v3/identity/api-keys -H "Authorization: Bearer $TOKEN" \\`,

@@ -1,5 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import { Answer, type ReadAnswer } from '../http/answer.js';
+import { answerCacheLookups } from '../observability/metrics.js';
 import type { ListPositions } from './read-repository.js';
 
 /** What a lazy answer is counted as: its row and closure, not its body, which it does not hold. */
@@ -29,6 +30,9 @@ export interface AnswerCacheStats {
  * reads that began before a `clear()` is never kept: `ticket()` is taken before reading, and `set`
  * refuses a ticket from before the latest clear.
  */
+const HIT = { result: 'hit' } as const;
+const MISS = { result: 'miss' } as const;
+
 export class AnswerCache {
   private readonly entries: LRUCache<string, Entry> | undefined;
   /** The positions of lists of Resources (see `ListPositions`): small, and kept whatever the budget. */
@@ -51,9 +55,19 @@ export class AnswerCache {
 
   get(key: string): ReadAnswer | undefined {
     const answer = this.entries?.get(key)?.answer;
-    if (answer === undefined) this.misses++;
-    else this.hits++;
+    if (answer === undefined) {
+      this.misses++;
+      answerCacheLookups.inc(MISS);
+    } else {
+      this.hits++;
+      answerCacheLookups.inc(HIT);
+    }
     return answer;
+  }
+
+  /** Bytes held, by the budget's own measure. */
+  get bytes(): number {
+    return this.entries?.calculatedSize ?? 0;
   }
 
   /** Taken before reading what an answer is made of, and handed to `set` with the answer. */

@@ -1,8 +1,11 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { Command, CommanderError } from 'commander';
 import pino from 'pino';
 import { type Config, ConfigError, loadConfig } from '../config.js';
 import { migrateToLatest } from '../db/migrate.js';
 import { REDACTED_PATHS } from '../http/access-log.js';
+import { PROJECT_ROOT } from '../project-root.js';
 import { createStorage, type Storage } from '../storage.js';
 import { registerAccountsCommand } from './accounts.js';
 import { type CliContext, CommandError } from './context.js';
@@ -97,9 +100,15 @@ export function createContext(env: NodeJS.ProcessEnv, streams: CliStreams = proc
   return context;
 }
 
+/** The version of this package, read once from its package.json. */
+const PACKAGE_VERSION = (
+  JSON.parse(readFileSync(path.join(PROJECT_ROOT, 'package.json'), 'utf8')) as { version: string }
+).version;
+
 export function buildProgram(context: CliContext): Command {
   const program = new Command('playbook')
     .description('Playbook: Catalogs of Resources with versioned content, behind scoped API keys')
+    .version(PACKAGE_VERSION, '-V, --version', 'print the version of playbook')
     .showHelpAfterError()
     .exitOverride()
     // Before any subcommand exists: commander copies these settings into each one as it is created.

@@ -1,5 +1,6 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { importDemoContentIfEmpty } from '../demo.js';
+import { startMetricsServer } from '../observability/metrics.js';
 import type { CliContext } from './context.js';
 
 const DRAIN_TIMEOUT_MS = 10_000;
@@ -68,6 +69,12 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         host: options.host ?? config.host,
       });
       for (const line of services.gettingStarted(address)) context.stderr.write(`${line}\n`);
+      if (config.metrics) {
+        // Its own listener, never the API's port: metrics are for the operators' network (D25).
+        const metrics = await startMetricsServer(config.metrics);
+        app.addHook('onClose', () => metrics.close());
+        context.stderr.write(`Metrics for Prometheus: ${metrics.address}/metrics\n`);
+      }
     });
 }
 

@@ -1,10 +1,17 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import SqliteDatabase from 'better-sqlite3';
-import { Kysely, type SqliteDatabase as KyselySqliteDatabase, PostgresDialect, SqliteDialect } from 'kysely';
+import {
+  Kysely,
+  type SqliteDatabase as KyselySqliteDatabase,
+  type LogEvent,
+  PostgresDialect,
+  SqliteDialect,
+} from 'kysely';
 import { LRUCache } from 'lru-cache';
 import type { Pool } from 'pg';
 import type { DatabaseConfig } from '../config.js';
+import { databaseDuration, observePool } from '../observability/metrics.js';
 import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../private-files.js';
 import { translatingPool } from './postgres-errors.js';
 import type { Database, Db, Dialect } from './tables.js';
@@ -30,7 +37,18 @@ function openSqlite(file: string): Db {
   connection.pragma('synchronous = FULL');
   connection.pragma('foreign_keys = ON');
   connection.pragma('busy_timeout = 5000');
-  return new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(connection) }) });
+  return new Kysely<Database>({
+    dialect: new SqliteDialect({ database: withStatementCache(connection) }),
+    log: timed('primary'),
+  });
+}
+
+/** Every statement's time into `playbook_database_query_duration_seconds` (D25). */
+function timed(database: 'primary' | 'reader'): (event: LogEvent) => void {
+  const ok = { database, outcome: 'ok' } as const;
+  const error = { database, outcome: 'error' } as const;
+  return (event) =>
+    databaseDuration.observe(event.level === 'query' ? ok : error, event.queryDurationMillis / 1000);
 }
 
 /** Distinct statements kept prepared: the service issues a few dozen shapes, `in` lists aside. */
@@ -82,6 +100,7 @@ export const DEFAULT_POSTGRES_LIMITS: PostgresLimits = {
 function openPostgres(url: string, role: 'primary' | 'reader', limits: PostgresLimits): Db {
   return new Kysely<Database>({
     dialect: new PostgresDialect({ pool: () => postgresPool(url, role, limits) }),
+    log: timed(role),
   });
 }
 
@@ -108,6 +127,7 @@ async function postgresPool(url: string, role: 'primary' | 'reader', limits: Pos
   pool.on('connect', (client) => {
     client.on('error', () => {});
   });
+  observePool(role, pool);
   return translatingPool(pool);
 }
 

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { httpDuration, httpRequests, rateLimitRefusals } from '../observability/metrics.js';
 import type { ProblemCode } from '../schemas/common.js';
 
 declare module 'fastify' {
@@ -66,6 +67,7 @@ function credentialOf(request: FastifyRequest): Record<string, string | null> {
 export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
   const length = reply.getHeader('content-length');
   const route = request.routeOptions;
+  observe(request, reply, route.schema?.operationId ?? route.url);
   request.log.info(
     {
       op: route.schema?.operationId ?? route.url ?? null,
@@ -79,6 +81,23 @@ export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
     },
     'request',
   );
+}
+
+/** Methods a label may name; any other is counted as `other`. */
+const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
+
+/** The request's metrics (D25): labels from fixed sets only (an unrouted path is `unmatched`). */
+function observe(request: FastifyRequest, reply: FastifyReply, operation: string | undefined): void {
+  const labels = {
+    operation: operation ?? 'unmatched',
+    method: METHODS.has(request.method) ? request.method : 'other',
+    status: String(reply.statusCode),
+  };
+  httpRequests.inc(labels);
+  httpDuration.observe(labels, reply.elapsedTime / 1000);
+  if (reply.statusCode === 429 && request.refusal?.code === 'rate_limited') {
+    rateLimitRefusals.inc({ limit: request.principal ? 'credential' : 'auth_failures' });
+  }
 }
 
 /** Installs the access line on `app`; requests then carry a `refusal` for the problem handler to fill. */

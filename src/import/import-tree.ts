@@ -1,6 +1,7 @@
 import { type DataGeneration, readDataGeneration } from '../catalog/data-generation.js';
 import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';
+import { catalogWriteDuration, catalogWrites, secondsSince } from '../observability/metrics.js';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import { ImportValidationError } from './import-error.js';
 import { type ImportReport, summarize } from './import-report.js';
@@ -68,7 +69,10 @@ export async function importTree(deps: ImportDeps, options: ImportOptions): Prom
     ...(maxCatalogResources === undefined ? {} : { maxCatalogResources }),
   });
   if (!reading.ok) problems.push(...reading.problems);
-  if (problems.length > 0 || !reading.ok) throw new ImportValidationError(problems);
+  if (problems.length > 0 || !reading.ok) {
+    catalogWrites.inc({ via: 'import', outcome: 'refused' });
+    throw new ImportValidationError(problems);
+  }
 
   return (await applyTree(deps, reading.tree, options)).report;
 }
@@ -85,6 +89,8 @@ export interface ApplyOptions {
   readonly precondition?: (state: NamespaceState) => void;
   /** Runs inside the transaction once the plan is written: what must commit with it (D23's audit). */
   readonly withinTransaction?: (trx: Db, plan: ImportPlan) => Promise<void>;
+  /** The way in, for the metrics: `playbook import` (the default) or publishing over HTTP. */
+  readonly via?: 'import' | 'publish';
 }
 
 /** What was applied: the report, the plan, and the stored state it was planned against. */
@@ -100,6 +106,30 @@ export interface Applied {
  * this call stored and no committed version names are removed again.
  */
 export async function applyTree(deps: ImportDeps, tree: ImportTree, options: ApplyOptions): Promise<Applied> {
+  const via = options.via ?? 'import';
+  const started = performance.now();
+  try {
+    const applied = await applyTreeOnce(deps, tree, options);
+    const outcome = applied.report.dryRun ? 'dry_run' : applied.report.changed ? 'changed' : 'unchanged';
+    catalogWrites.inc({ via, outcome });
+    return applied;
+  } catch (error) {
+    catalogWrites.inc({ via, outcome: writeOutcome(error) });
+    throw error;
+  } finally {
+    catalogWriteDuration.observe({ via }, secondsSince(started));
+  }
+}
+
+/** How a write that threw ended, for the metrics: refused (the caller's to fix) or failed. */
+export function writeOutcome(error: unknown): 'refused' | 'failed' {
+  const name = (error as Error | null)?.name;
+  return name === 'ImportValidationError' || name === 'PreconditionFailedError' || name === 'ConflictError'
+    ? 'refused'
+    : 'failed';
+}
+
+async function applyTreeOnce(deps: ImportDeps, tree: ImportTree, options: ApplyOptions): Promise<Applied> {
   const { owner, onProgress } = options;
   const slugs = tree.catalogs.map((catalog) => catalog.slug);
   const planOptions = { owner, now: (options.now ?? (() => new Date().toISOString()))() };

@@ -127,6 +127,20 @@ export async function readImportTree(
     return { ok: false, problems: [`${dir}: cannot be read (${errorCode(error)})`] };
   }
 
+  // A catalog folder given where the tree is expected: say so, rather than that its own
+  // `resources/catalog.json` is missing.
+  if (
+    options.only === undefined &&
+    entries.some((entry) => entry.name === 'catalog.json' && entry.isFile())
+  ) {
+    return {
+      ok: false,
+      problems: [
+        `${dir}: is a catalog folder (it holds catalog.json); give the folder that holds catalog folders: ${path.dirname(root)}`,
+      ],
+    };
+  }
+
   const listings: FolderListing[] = [];
   for (const entry of sortByName(entries)) {
     if (entry.name.startsWith('.')) continue;
@@ -463,8 +477,22 @@ async function readJson(
   try {
     return { value: JSON.parse(text) as unknown, crc: crc32(bytes) };
   } catch (error) {
-    return { problem: `${display}: is not valid JSON (${(error as Error).message})` };
+    return { problem: `${display}: is not valid JSON (${withLine((error as Error).message, text)})` };
   }
+}
+
+/**
+ * A JSON parse error's message with the line and column of its position, which an editor can go to
+ * (JSON.parse names only the character offset on some versions of Node).
+ */
+export function withLine(message: string, text: string): string {
+  const position = /at position (\d+)/.exec(message);
+  if (!position || /line \d+/.test(message)) return message;
+  const offset = Number(position[1]);
+  const before = text.slice(0, offset);
+  const line = before.split('\n').length;
+  const column = offset - before.lastIndexOf('\n');
+  return `${message} (line ${line} column ${column})`;
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {

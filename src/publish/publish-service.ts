@@ -18,7 +18,7 @@ import { CatalogPins, manifestHashOf, type PinSource } from '../import/catalog-p
 import { tooLarge } from '../import/content-file.js';
 import { ImportValidationError } from '../import/import-error.js';
 import type { ImportCounts } from '../import/import-report.js';
-import { type ApplyOptions, applyTree, type ImportDeps } from '../import/import-tree.js';
+import { type ApplyOptions, applyTree, type ImportDeps, writeOutcome } from '../import/import-tree.js';
 import type { CatalogState, NamespaceState } from '../import/namespace-state.js';
 import { loadNamespaceState } from '../import/namespace-state.js';
 import {
@@ -29,6 +29,7 @@ import {
   type TreeCatalog,
   type TreeResource,
 } from '../import/read-tree.js';
+import { catalogWriteDuration, catalogWrites, secondsSince } from '../observability/metrics.js';
 import type { Catalog } from '../schemas/playbook.js';
 import type {
   PublishChanges,
@@ -342,6 +343,17 @@ export class PublishService {
     catalogSlug: string,
     resourceSlug: string | undefined,
   ): Promise<void> {
+    await counted(
+      () => this.archiveOnce(context, catalogSlug, resourceSlug),
+      (changed) => changed,
+    );
+  }
+
+  private async archiveOnce(
+    context: WriteContext,
+    catalogSlug: string,
+    resourceSlug: string | undefined,
+  ): Promise<boolean> {
     const accountId = writerAccount(context.principal);
     const at = this.now();
     let changed = false;
@@ -377,6 +389,7 @@ export class PublishService {
         changed = true;
       });
     if (changed) await this.deps.changes?.announce();
+    return changed;
   }
 
   private checkContent(spec: { content: string }, name: string, problems: InputProblem[]): void {
@@ -395,6 +408,7 @@ export class PublishService {
     precondition: (state: NamespaceState) => void,
   ) {
     const options: ApplyOptions = {
+      via: 'publish',
       owner: { kind: 'account', accountId },
       dryRun,
       now: this.now,
@@ -445,6 +459,21 @@ export class PublishService {
           .executeTakeFirst()
       : undefined;
     return { state, catalog: toCatalog(state.row, version), etag: catalogEtag(state) };
+  }
+}
+
+/** Counts and times a write that does not go through the planner (which counts its own). */
+async function counted<T>(write: () => Promise<T>, changed: (result: T) => boolean): Promise<T> {
+  const started = performance.now();
+  try {
+    const result = await write();
+    catalogWrites.inc({ via: 'publish', outcome: changed(result) ? 'changed' : 'unchanged' });
+    return result;
+  } catch (error) {
+    catalogWrites.inc({ via: 'publish', outcome: writeOutcome(error) });
+    throw error;
+  } finally {
+    catalogWriteDuration.observe({ via: 'publish' }, secondsSince(started));
   }
 }
 

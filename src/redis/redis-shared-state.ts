@@ -2,6 +2,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { MemoryRateCounter, type RateCounter } from '../auth/rate-limits.js';
 import { FallbackRateCounter, RedisRateCounter } from '../auth/redis-rate-counter.js';
 import type { Broadcast } from '../broadcast.js';
+import { observeRedis } from '../observability/metrics.js';
 import { RedisBroadcast } from './redis-broadcast.js';
 import { closeRedis, createRedisClient, RedisHealth } from './redis-connection.js';
 
@@ -60,6 +61,7 @@ export function connectRedisSharedState(
     whileUp: 'rate limits are counted once for all instances',
   });
   health.watch(redis);
+  observeRedis(() => redis.status === 'ready');
   const rateCounter = new FallbackRateCounter({
     shared: new RedisRateCounter(redis, `${prefix}rl:`),
     local: new MemoryRateCounter(options.now),

@@ -283,7 +283,8 @@ describe('read caches', () => {
         const res = await get(url);
         expect(res.statusCode, url).toBe(200);
       }
-      expect(statements).toEqual([]);
+      // The data generation's once-a-second poll may fall in this window: it is no request's cost.
+      expect(statements.filter((sql) => !sql.includes('"data_generation"'))).toEqual([]);
       expect(reads.answers.stats.hits - hits).toBe(urls.length);
     });
 

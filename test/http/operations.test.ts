@@ -34,7 +34,6 @@ describe('errors and operations', () => {
 
   describe('D2 unknown routes', () => {
     it.each([
-      ['GET', '/'],
       ['GET', '/v3'],
       ['GET', '/v3/playbook'],
       ['GET', '/v2/playbook/catalogs'],

@@ -443,7 +443,10 @@ describe('publishing over HTTP (D23)', () => {
       const winner = both.find((answer) => answer.json().changes.archived === 1)!.json().catalog.name;
       expect(active).toEqual(['intro', winner === 'Writer 1' ? 'only-1' : 'only-2']);
 
-      const reset = await put(url, catalogBody({ name: 'Reset', version: 'v-reset', resources: [resource('intro')] }));
+      const reset = await put(
+        url,
+        catalogBody({ name: 'Reset', version: 'v-reset', resources: [resource('intro')] }),
+      );
       expect(reset.statusCode, reset.body).toBe(200);
       const etag = String(reset.headers.etag);
       const guarded = await Promise.all(

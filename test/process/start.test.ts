@@ -1,7 +1,8 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -74,4 +75,20 @@ describe('npm start (README)', () => {
     expect(messages).toEqual(expect.arrayContaining(['draining in-flight requests', 'stopped']));
     expect(messages.at(-1)).toBe('stopped');
   });
+});
+
+describe('the build behind npm start', () => {
+  it('does no work again when nothing changed: after `npm ci` built it, `npm start` compiles nothing', async () => {
+    const run = promisify(execFile);
+    // `npm ci` builds through `prepare`; `npm start` builds again through `prestart`. Incremental
+    // builds make the second one a check that writes nothing.
+    await run('npm', ['run', 'build'], { cwd: ROOT });
+    const outputs = ['dist/cli/main.js', 'dist/app.js', 'clients/typescript/dist/index.js'].map((file) =>
+      path.join(ROOT, file),
+    );
+    const before = await Promise.all(outputs.map(async (file) => (await fs.stat(file)).mtimeMs));
+    await run('npm', ['run', 'build'], { cwd: ROOT });
+    const after = await Promise.all(outputs.map(async (file) => (await fs.stat(file)).mtimeMs));
+    expect(after).toEqual(before);
+  }, 120_000);
 });

@@ -1,0 +1,35 @@
+import { contentStoreDuration, secondsSince } from '../observability/metrics.js';
+import { ContentNotFoundError, type ContentStore } from './content-store.js';
+
+type Operation = 'get' | 'put' | 'delete' | 'check';
+
+/**
+ * A content store whose every call is timed into `playbook_content_store_duration_seconds` (D25), by
+ * backend, operation and outcome (`ok`, `not_found`, `error`).
+ */
+export function observedStore<S extends ContentStore & { close?(): void }>(
+  store: S,
+): ContentStore & { close?(): void } {
+  const timed = async <T>(operation: Operation, call: () => Promise<T>): Promise<T> => {
+    const started = performance.now();
+    let outcome = 'error';
+    try {
+      const result = await call();
+      outcome = 'ok';
+      return result;
+    } catch (error) {
+      if (error instanceof ContentNotFoundError) outcome = 'not_found';
+      throw error;
+    } finally {
+      contentStoreDuration.observe({ backend: store.backend, operation, outcome }, secondsSince(started));
+    }
+  };
+  return {
+    backend: store.backend,
+    get: (hash) => timed('get', () => store.get(hash)),
+    put: (hash, content) => timed('put', () => store.put(hash, content)),
+    delete: (hash) => timed('delete', () => store.delete(hash)),
+    check: () => timed('check', () => store.check()),
+    ...(store.close ? { close: () => store.close?.() } : {}),
+  };
+}

@@ -1,0 +1,186 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+
+/**
+ * The service's metrics (D25), in one registry of this process, named by Prometheus conventions:
+ * `playbook_` prefix, base units (seconds, bytes), `_total` counters. Every label value comes from a
+ * small fixed set (an operation id, a status code, a reason word), never from a path, a key or an
+ * account, so that no caller can grow the series.
+ *
+ * The parts of the service record here unconditionally (an increment costs tens of nanoseconds); the
+ * registry is only exposed when `PLAYBOOK_METRICS_PORT` opens its listener (`startMetricsServer`).
+ */
+export const registry = new Registry();
+
+/** From a tenth of a millisecond (a read from memory) to ten seconds (an import step). */
+const LATENCY_BUCKETS = [
+  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+];
+
+export const httpRequests = new Counter({
+  name: 'playbook_http_requests_total',
+  help: 'HTTP requests answered, by operation id, method and status',
+  labelNames: ['operation', 'method', 'status'] as const,
+  registers: [registry],
+});
+
+export const httpDuration = new Histogram({
+  name: 'playbook_http_request_duration_seconds',
+  help: 'Time from the request to the end of its answer, by operation id, method and status',
+  labelNames: ['operation', 'method', 'status'] as const,
+  buckets: LATENCY_BUCKETS,
+  registers: [registry],
+});
+
+export const authentications = new Counter({
+  name: 'playbook_authentications_total',
+  help: 'Credentials checked, by kind (api_key, access_token, none), outcome and reason of a refusal',
+  labelNames: ['kind', 'outcome', 'reason'] as const,
+  registers: [registry],
+});
+
+export const rateLimitRefusals = new Counter({
+  name: 'playbook_rate_limit_refusals_total',
+  help: 'Requests refused with 429, by limit: per credential, or failed authentications per address',
+  labelNames: ['limit'] as const,
+  registers: [registry],
+});
+
+export const answerCacheLookups = new Counter({
+  name: 'playbook_answer_cache_lookups_total',
+  help: 'Lookups of read answers kept in memory, by result (hit or miss)',
+  labelNames: ['result'] as const,
+  registers: [registry],
+});
+
+/** Caches whose size the gauge below reports, registered as they are made. */
+const cacheSizes = new Set<() => number>();
+export function observeAnswerCacheSize(size: () => number): () => void {
+  cacheSizes.add(size);
+  return () => cacheSizes.delete(size);
+}
+new Gauge({
+  name: 'playbook_answer_cache_bytes',
+  help: 'Bytes of read answers kept in memory, compressed forms included',
+  registers: [registry],
+  collect() {
+    let total = 0;
+    for (const size of cacheSizes) total += size();
+    this.set(total);
+  },
+});
+
+export const contentStoreDuration = new Histogram({
+  name: 'playbook_content_store_duration_seconds',
+  help: 'Calls to the content stores, by backend, operation and outcome',
+  labelNames: ['backend', 'operation', 'outcome'] as const,
+  buckets: LATENCY_BUCKETS,
+  registers: [registry],
+});
+
+export const databaseDuration = new Histogram({
+  name: 'playbook_database_query_duration_seconds',
+  help: 'Database statements, by database (primary, reader) and outcome',
+  labelNames: ['database', 'outcome'] as const,
+  buckets: LATENCY_BUCKETS,
+  registers: [registry],
+});
+
+/** Connection pools whose use the gauges below report: PostgreSQL's, by role. */
+const pools = new Map<string, { totalCount: number; idleCount: number; waitingCount: number }>();
+export function observePool(
+  role: string,
+  pool: { totalCount: number; idleCount: number; waitingCount: number },
+) {
+  pools.set(role, pool);
+}
+new Gauge({
+  name: 'playbook_database_pool_connections_in_use',
+  help: 'PostgreSQL connections lent out, by database',
+  labelNames: ['database'] as const,
+  registers: [registry],
+  collect() {
+    for (const [role, pool] of pools) this.set({ database: role }, pool.totalCount - pool.idleCount);
+  },
+});
+new Gauge({
+  name: 'playbook_database_pool_waiting_requests',
+  help: 'Queries waiting for a PostgreSQL connection, by database',
+  labelNames: ['database'] as const,
+  registers: [registry],
+  collect() {
+    for (const [role, pool] of pools) this.set({ database: role }, pool.waitingCount);
+  },
+});
+
+let redisStatus: (() => boolean) | undefined;
+/** The Redis connection the gauge below reports on. */
+export function observeRedis(connected: () => boolean): void {
+  redisStatus = connected;
+}
+new Gauge({
+  name: 'playbook_redis_connected',
+  help: '1 while the shared Redis connection is ready, 0 while it is not; absent without Redis',
+  registers: [registry],
+  collect() {
+    if (redisStatus) this.set(redisStatus() ? 1 : 0);
+  },
+});
+
+export const catalogWrites = new Counter({
+  name: 'playbook_catalog_writes_total',
+  help: 'Imports and publications, by way in (import, publish) and outcome (changed, unchanged, refused, failed)',
+  labelNames: ['via', 'outcome'] as const,
+  registers: [registry],
+});
+
+export const catalogWriteDuration = new Histogram({
+  name: 'playbook_catalog_write_duration_seconds',
+  help: 'Time to validate, plan and apply an import or a publication, by way in',
+  labelNames: ['via'] as const,
+  buckets: [0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300],
+  registers: [registry],
+});
+
+/** Seconds since `started` (a `performance.now()` reading). */
+export function secondsSince(started: number): number {
+  return (performance.now() - started) / 1000;
+}
+
+let defaultsCollected = false;
+
+/**
+ * Serves `GET /metrics` in the Prometheus text format on a listener of its own, never on the API's
+ * port. Also starts the process metrics (CPU, memory, event-loop delay), which only cost something
+ * once someone reads them.
+ */
+export async function startMetricsServer(options: { port: number; host: string }): Promise<{
+  address: string;
+  close(): Promise<void>;
+}> {
+  if (!defaultsCollected) {
+    collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 10 });
+    defaultsCollected = true;
+  }
+  const server = http.createServer((request, response) => {
+    const path = (request.url ?? '').split('?')[0];
+    if (request.method !== 'GET' || path !== '/metrics') {
+      response.writeHead(404, { 'content-type': 'text/plain' }).end('not found: GET /metrics\n');
+      return;
+    }
+    registry.metrics().then(
+      (text) => response.writeHead(200, { 'content-type': registry.contentType }).end(text),
+      () => response.writeHead(500).end(),
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, resolve);
+  });
+  const { address, port } = server.address() as AddressInfo;
+  return {
+    address: `http://${address.includes(':') ? `[${address}]` : address}:${port}`,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+}
