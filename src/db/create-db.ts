@@ -1,6 +1,7 @@
 import fs from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
-import SqliteDatabase from 'better-sqlite3';
+import type SqliteDatabase from 'better-sqlite3';
 import {
   Kysely,
   type SqliteDatabase as KyselySqliteDatabase,
@@ -31,7 +32,7 @@ function openSqlite(file: string): Db {
     // Created here rather than by SQLite, which would use 0644; its -wal and -shm files copy this mode.
     fs.closeSync(fs.openSync(file, 'a', PRIVATE_FILE_MODE));
   }
-  const connection = new SqliteDatabase(file);
+  const connection = new (sqliteDriver())(file);
   connection.pragma('journal_mode = WAL');
   // FULL: a committed import survives a power cut, not only a crash of the process.
   connection.pragma('synchronous = FULL');
@@ -49,6 +50,19 @@ function timed(database: 'primary' | 'reader'): (event: LogEvent) => void {
   const error = { database, outcome: 'error' } as const;
   return (event) =>
     databaseDuration.observe(event.level === 'query' ? ok : error, event.queryDurationMillis / 1000);
+}
+
+/**
+ * The SQLite driver for this Node.js. better-sqlite3 12 wraps its objects in the `node::ObjectWrap` that
+ * Node 24 changed: a prepared statement collected by the garbage collector aborts the process
+ * (`RemoveEnvironmentCleanupHook: Assertion failed: (env) != nullptr`). Version 13, built on Node-API,
+ * does not, but needs Node 22 or later. Both are installed (13 under the name `better-sqlite3-napi`);
+ * each process loads the one its runtime takes. They have the same API.
+ */
+export function sqliteDriver(): typeof SqliteDatabase {
+  const major = Number(process.versions.node.split('.')[0]);
+  const require = createRequire(import.meta.url);
+  return require(major >= 22 ? 'better-sqlite3-napi' : 'better-sqlite3') as typeof SqliteDatabase;
 }
 
 /** Distinct statements kept prepared: the service issues a few dozen shapes, `in` lists aside. */

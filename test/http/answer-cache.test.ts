@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
 import { Type } from '@sinclair/typebox';
-import SqliteDatabase from 'better-sqlite3';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Kysely, type LogEvent, PostgresDialect, SqliteDialect, type Updateable } from 'kysely';
 import pg from 'pg';
@@ -10,6 +9,7 @@ import { buildApp } from '../../src/app.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
 import type { Principal } from '../../src/auth/principal.js';
 import { AnswerCache } from '../../src/catalog/answer-cache.js';
+import { sqliteDriver } from '../../src/db/create-db.js';
 import type { CatalogTable, Database, Db, ResourceTable } from '../../src/db/tables.js';
 import { Answer } from '../../src/http/answer.js';
 import { Page, Problem } from '../../src/schemas/common.js';
@@ -61,7 +61,7 @@ function recordingDb(backend: TestBackend, statements: string[]): Db {
   };
   const url = backend.env.PLAYBOOK_DATABASE_URL!;
   const dialect = url.startsWith('sqlite:')
-    ? new SqliteDialect({ database: new SqliteDatabase(url.slice('sqlite:'.length)) })
+    ? new SqliteDialect({ database: new (sqliteDriver())(url.slice('sqlite:'.length)) })
     : new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 2 }) });
   return new Kysely<Database>({ dialect, log });
 }

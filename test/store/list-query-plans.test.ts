@@ -1,10 +1,10 @@
-import SqliteDatabase from 'better-sqlite3';
 import { CompiledQuery, Kysely, type LogEvent, PostgresDialect, SqliteDialect } from 'kysely';
 import pg from 'pg';
 import { v7 as uuidv7 } from 'uuid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Principal } from '../../src/auth/principal.js';
 import * as repo from '../../src/catalog/read-repository.js';
+import { sqliteDriver } from '../../src/db/create-db.js';
 import type { Database, Db } from '../../src/db/tables.js';
 import { RESOURCE_KINDS, type ResourceKind } from '../../src/schemas/playbook.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
@@ -42,7 +42,7 @@ function recordingDb(backend: TestBackend, captured: Captured[]): { db: Db; clos
   };
   const url = backend.env.PLAYBOOK_DATABASE_URL!;
   const dialect = url.startsWith('sqlite:')
-    ? new SqliteDialect({ database: new SqliteDatabase(url.slice('sqlite:'.length)) })
+    ? new SqliteDialect({ database: new (sqliteDriver())(url.slice('sqlite:'.length)) })
     : new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) });
   const db = new Kysely<Database>({ dialect, log });
   return { db, close: () => db.destroy() };
