@@ -24,6 +24,7 @@ import { jsonBodyParser } from './http/json-body.js';
 import { openapiOptions } from './http/openapi.js';
 import { answerUnmetExpectation, handleClientError, handleError, writeRawProblem } from './http/problem.js';
 import { normalizeQuery, refuseQueryProblems } from './http/query.js';
+import { type Tracing, traceRequests } from './observability/tracing.js';
 import type { PublishService } from './publish/publish-service.js';
 import { identityRoutes } from './routes/identity.js';
 import { operationsRoutes, type ReadinessCheck } from './routes/operations.js';
@@ -52,6 +53,8 @@ export interface AppDependencies {
   readonly trustProxy?: boolean | number | string[];
   /** D20: how long a request may take to arrive, and an idle keep-alive connection may stay open. */
   readonly timeouts?: { readonly requestMs: number; readonly keepAliveMs: number };
+  /** D25: a span per request, when OpenTelemetry tracing is on. */
+  readonly tracing?: Tracing;
 }
 
 /** D20's defaults, as the configuration has them. */
@@ -176,6 +179,8 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
 
+  // First of the hooks, so that everything a request does happens inside its span.
+  if (deps.tracing) await traceRequests(app, deps.tracing);
   app.decorateRequest('principal', null);
   installAccessLog(app);
   app.setErrorHandler(handleError);

@@ -1,6 +1,7 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { importDemoContentIfEmpty } from '../demo.js';
 import { startMetricsServer } from '../observability/metrics.js';
+import { startTracing } from '../observability/tracing.js';
 import type { CliContext } from './context.js';
 
 const DRAIN_TIMEOUT_MS = 10_000;
@@ -15,6 +16,8 @@ export function registerServeCommand(program: Command, context: CliContext): voi
     .action(async (options: { port?: number; host?: string }) => {
       const config = context.config();
       const logger = context.logger();
+      // Started before anything else opens, so that the first requests are traced too.
+      const traced = await startTracing(context.env);
       const services = await context.openServices();
       // The HTTP side is loaded by this command only: the others never need it.
       const { buildApp } = await import('../app.js');
@@ -29,8 +32,13 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         ...(services.identity.leakSignatures ? { leakSignatures: services.identity.leakSignatures } : {}),
         trustProxy: config.trustProxy,
         timeouts: config.timeouts,
+        ...(traced ? { tracing: traced } : {}),
         logger,
       });
+      if (traced) {
+        app.addHook('onClose', () => traced.close());
+        logger.info('tracing through OpenTelemetry');
+      }
       // Demo content is for the embedded default only: a production database starts empty.
       if (config.database.kind === 'sqlite' && config.contentStore.kind === 'directory') {
         await importDemoContentIfEmpty(services, logger);

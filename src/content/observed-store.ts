@@ -1,4 +1,5 @@
 import { contentStoreDuration, secondsSince } from '../observability/metrics.js';
+import { tracing } from '../observability/tracing.js';
 import { ContentNotFoundError, type ContentStore } from './content-store.js';
 
 type Operation = 'get' | 'put' | 'delete' | 'check';
@@ -10,7 +11,15 @@ type Operation = 'get' | 'put' | 'delete' | 'check';
 export function observedStore<S extends ContentStore & { close?(): void }>(
   store: S,
 ): ContentStore & { close?(): void } {
-  const timed = async <T>(operation: Operation, call: () => Promise<T>): Promise<T> => {
+  const timed = <T>(operation: Operation, call: () => Promise<T>): Promise<T> => {
+    const traced = tracing();
+    return traced
+      ? traced.span(`contentStore.${operation}`, { 'playbook.content_store': store.backend }, () =>
+          measured(operation, call),
+        )
+      : measured(operation, call);
+  };
+  const measured = async <T>(operation: Operation, call: () => Promise<T>): Promise<T> => {
     const started = performance.now();
     let outcome = 'error';
     try {

@@ -13,6 +13,7 @@ import { LRUCache } from 'lru-cache';
 import type { Pool } from 'pg';
 import type { DatabaseConfig } from '../config.js';
 import { databaseDuration, observePool } from '../observability/metrics.js';
+import { tracing } from '../observability/tracing.js';
 import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../private-files.js';
 import { translatingPool } from './postgres-errors.js';
 import type { Database, Db, Dialect } from './tables.js';
@@ -48,8 +49,12 @@ function openSqlite(file: string): Db {
 function timed(database: 'primary' | 'reader'): (event: LogEvent) => void {
   const ok = { database, outcome: 'ok' } as const;
   const error = { database, outcome: 'error' } as const;
-  return (event) =>
-    databaseDuration.observe(event.level === 'query' ? ok : error, event.queryDurationMillis / 1000);
+  const attributes = { 'playbook.database': database };
+  return (event) => {
+    const succeeded = event.level === 'query';
+    databaseDuration.observe(succeeded ? ok : error, event.queryDurationMillis / 1000);
+    tracing()?.record('db.query', attributes, event.queryDurationMillis, succeeded);
+  };
 }
 
 /**

@@ -5,6 +5,7 @@ import { buildApp } from '../../src/app.js';
 import { createIdentity, type Identity, type IdentityOptions } from '../../src/auth/identity.js';
 import { type Config, loadConfig } from '../../src/config.js';
 import type { ContentStore } from '../../src/content/content-store.js';
+import type { Tracing } from '../../src/observability/tracing.js';
 import { PublishService } from '../../src/publish/publish-service.js';
 import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from './backend.js';
@@ -114,7 +115,7 @@ export async function buildIdentityApp(
   identity: Identity & { readonly config?: Config },
   logger?: FastifyBaseLogger,
   /** Parts a test replaces: the object store publishing writes to (to make it fail half-way). */
-  overrides: { readonly objectStore?: ContentStore } = {},
+  overrides: { readonly objectStore?: ContentStore; readonly tracing?: Tracing } = {},
 ): Promise<FastifyInstance> {
   const reads = await readSide(backend.databases.reader, backend.content);
   const config = identity.config ?? testConfig(backend);
@@ -134,6 +135,7 @@ export async function buildIdentityApp(
     keys: identity.keys,
     audit: identity.audit,
     publish: { service: publish, maxBodyBytes: config.maxPublishBytes },
+    ...(overrides.tracing ? { tracing: overrides.tracing } : {}),
     ...(identity.leakSignatures ? { leakSignatures: identity.leakSignatures } : {}),
     ...(logger ? { logger } : {}),
     ...(identity.config
