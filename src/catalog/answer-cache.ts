@@ -30,8 +30,8 @@ export interface AnswerCacheStats {
  * reads that began before a `clear()` is never kept: `ticket()` is taken before reading, and `set`
  * refuses a ticket from before the latest clear.
  */
-const HIT = { result: 'hit' } as const;
-const MISS = { result: 'miss' } as const;
+const HIT = answerCacheLookups.labels('hit');
+const MISS = answerCacheLookups.labels('miss');
 
 export class AnswerCache {
   private readonly entries: LRUCache<string, Entry> | undefined;
@@ -57,10 +57,10 @@ export class AnswerCache {
     const answer = this.entries?.get(key)?.answer;
     if (answer === undefined) {
       this.misses++;
-      answerCacheLookups.inc(MISS);
+      MISS.inc();
     } else {
       this.hits++;
-      answerCacheLookups.inc(HIT);
+      HIT.inc();
     }
     return answer;
   }

@@ -86,15 +86,25 @@ export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
 /** Methods a label may name; any other is counted as `other`. */
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 
+/** The counter and histogram of one label set, bound once: a request then neither builds nor hashes labels. */
+interface BoundSeries {
+  readonly count: { inc(): void };
+  readonly duration: { observe(value: number): void };
+}
+const bound = new Map<string, BoundSeries>();
+
 /** The request's metrics (D25): labels from fixed sets only (an unrouted path is `unmatched`). */
 function observe(request: FastifyRequest, reply: FastifyReply, operation: string | undefined): void {
-  const labels = {
-    operation: operation ?? 'unmatched',
-    method: METHODS.has(request.method) ? request.method : 'other',
-    status: String(reply.statusCode),
-  };
-  httpRequests.inc(labels);
-  httpDuration.observe(labels, reply.elapsedTime / 1000);
+  const method = METHODS.has(request.method) ? request.method : 'other';
+  const key = `${operation ?? 'unmatched'} ${method} ${reply.statusCode}`;
+  let series = bound.get(key);
+  if (!series) {
+    const labels = { operation: operation ?? 'unmatched', method, status: String(reply.statusCode) };
+    series = { count: httpRequests.labels(labels), duration: httpDuration.labels(labels) };
+    bound.set(key, series);
+  }
+  series.count.inc();
+  series.duration.observe(reply.elapsedTime / 1000);
   if (reply.statusCode === 429 && request.refusal?.code === 'rate_limited') {
     rateLimitRefusals.inc({ limit: request.principal ? 'credential' : 'auth_failures' });
   }
