@@ -418,6 +418,40 @@ describe('publishing over HTTP (D23)', () => {
     });
   });
 
+  describe('limits', () => {
+    it('refuses a body over PLAYBOOK_MAX_PUBLISH_BYTES with a problem document, writing nothing', async () => {
+      const small = createTestIdentity(backend, { env: { PLAYBOOK_MAX_PUBLISH_BYTES: '4096' } });
+      const limited = await buildIdentityApp(backend, small);
+      try {
+        const before = await catalogData(backend);
+        const body = catalogBody({ resources: [resource('a', { content: 'x'.repeat(5000) })] });
+        const answer = await limited.inject({
+          method: 'PUT',
+          url: '/v3/playbook/catalogs/org/too-big',
+          headers: writer,
+          payload: body,
+        });
+        // Every malformed request is a 400 (contract), naming the body.
+        expect(answer.statusCode).toBe(400);
+        const problem = problemOf(answer);
+        expect(problem).toMatchObject({ status: 400, code: 'invalid_request' });
+        expect(problem.errors[0]).toMatchObject({ in: 'body', name: '(body)' });
+        expect(problem.errors[0].message).toMatch(/too large/i);
+        expect(await catalogData(backend)).toEqual(before);
+        const fits = await limited.inject({
+          method: 'PUT',
+          url: '/v3/playbook/catalogs/org/fits',
+          headers: writer,
+          payload: catalogBody({ resources: [resource('a', { content: 'x'.repeat(1000) })] }),
+        });
+        expect(fits.statusCode).toBe(201);
+      } finally {
+        await limited.close();
+        await small.close();
+      }
+    });
+  });
+
   describe('two writers at once', () => {
     it('never interleave: each PUT is one transaction, and with one If-Match only one of them lands', async () => {
       const url = '/v3/playbook/catalogs/org/contended';
