@@ -133,11 +133,15 @@ export function negotiateEncoding(acceptEncoding: string | undefined): Encoding 
   return chosen === 'br' || chosen === 'gzip' ? chosen : undefined;
 }
 
+/** The entity tags an `If-Match` or `If-None-Match` value lists, `*` included, without `W/`. */
+export function entityTags(header: string): string[] {
+  return header.split(',').map((tag) => tag.trim().replace(/^W\//, ''));
+}
+
 /** Whether `If-None-Match` names `etag` (weak comparison, as RFC 9110 asks for GET and HEAD). */
 function etagMatches(ifNoneMatch: string | undefined, etag: string): boolean {
   if (!ifNoneMatch) return false;
-  const opaque = (tag: string) => tag.trim().replace(/^W\//, '');
-  return ifNoneMatch.split(',').some((candidate) => candidate.trim() === '*' || opaque(candidate) === etag);
+  return entityTags(ifNoneMatch).some((tag) => tag === '*' || tag === etag);
 }
 
 /** The serializer Fastify compiled from the route's 200 response schema: answers are made with it. */

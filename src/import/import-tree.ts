@@ -105,14 +105,28 @@ export interface Applied {
  * Catalog in a request). Objects are stored before the transaction; if it does not commit, the objects
  * this call stored and no committed version names are removed again.
  */
-export async function applyTree(deps: ImportDeps, tree: ImportTree, options: ApplyOptions): Promise<Applied> {
-  const via = options.via ?? 'import';
+export function applyTree(deps: ImportDeps, tree: ImportTree, options: ApplyOptions): Promise<Applied> {
+  return countedWrite(
+    options.via ?? 'import',
+    () => applyTreeOnce(deps, tree, options),
+    ({ report }) => (report.dryRun ? 'dry_run' : report.changed ? 'changed' : 'unchanged'),
+  );
+}
+
+/**
+ * Runs one import or publication, counting it by outcome and timing it for the metrics (D25): a write
+ * that throws is `refused` when the caller has something to fix, else `failed`.
+ */
+export async function countedWrite<T>(
+  via: 'import' | 'publish',
+  write: () => Promise<T>,
+  outcomeOf: (result: T) => 'changed' | 'unchanged' | 'dry_run',
+): Promise<T> {
   const started = performance.now();
   try {
-    const applied = await applyTreeOnce(deps, tree, options);
-    const outcome = applied.report.dryRun ? 'dry_run' : applied.report.changed ? 'changed' : 'unchanged';
-    catalogWrites.inc({ via, outcome });
-    return applied;
+    const result = await write();
+    catalogWrites.inc({ via, outcome: outcomeOf(result) });
+    return result;
   } catch (error) {
     catalogWrites.inc({ via, outcome: writeOutcome(error) });
     throw error;
@@ -122,7 +136,7 @@ export async function applyTree(deps: ImportDeps, tree: ImportTree, options: App
 }
 
 /** How a write that threw ended, for the metrics: refused (the caller's to fix) or failed. */
-export function writeOutcome(error: unknown): 'refused' | 'failed' {
+function writeOutcome(error: unknown): 'refused' | 'failed' {
   const name = (error as Error | null)?.name;
   return name === 'ImportValidationError' || name === 'PreconditionFailedError' || name === 'ConflictError'
     ? 'refused'

@@ -14,11 +14,12 @@ import {
   NotFoundError,
   PreconditionFailedError,
 } from '../errors.js';
+import { entityTags } from '../http/answer.js';
 import { CatalogPins, manifestHashOf, type PinSource } from '../import/catalog-pins.js';
 import { tooLarge } from '../import/content-file.js';
 import { ImportValidationError } from '../import/import-error.js';
 import type { ImportCounts } from '../import/import-report.js';
-import { type ApplyOptions, applyTree, type ImportDeps, writeOutcome } from '../import/import-tree.js';
+import { type ApplyOptions, applyTree, countedWrite, type ImportDeps } from '../import/import-tree.js';
 import type { CatalogState, NamespaceState } from '../import/namespace-state.js';
 import { loadNamespaceState } from '../import/namespace-state.js';
 import {
@@ -29,7 +30,6 @@ import {
   type TreeCatalog,
   type TreeResource,
 } from '../import/read-tree.js';
-import { catalogWriteDuration, catalogWrites, secondsSince } from '../observability/metrics.js';
 import type { Catalog } from '../schemas/playbook.js';
 import type {
   PublishChanges,
@@ -129,11 +129,6 @@ export function catalogEtag(state: CatalogState): string {
     );
   }
   return `"c${digest.digest('base64url').slice(0, 32)}"`;
-}
-
-/** The tag values of an `If-Match` or `If-None-Match` header. */
-function tagsOf(header: string): string[] {
-  return header.split(',').map((tag) => tag.trim().replace(/^W\//, ''));
 }
 
 /**
@@ -249,7 +244,15 @@ export class PublishService {
    * `POST …/catalogs/org/{catalogSlug}/versions`: a Catalog version pinning the current versions of
    * the active Resources. The same label over the same pins replays (200); over others, 409.
    */
-  async publishVersion(
+  publishVersion(context: WriteContext, catalogSlug: string, label: string): Promise<WriteAnswer<Catalog>> {
+    return countedWrite(
+      'publish',
+      () => this.publishVersionOnce(context, catalogSlug, label),
+      (answer) => (answer.status === 201 ? 'changed' : 'unchanged'),
+    );
+  }
+
+  private async publishVersionOnce(
     context: WriteContext,
     catalogSlug: string,
     label: string,
@@ -343,9 +346,10 @@ export class PublishService {
     catalogSlug: string,
     resourceSlug: string | undefined,
   ): Promise<void> {
-    await counted(
+    await countedWrite(
+      'publish',
       () => this.archiveOnce(context, catalogSlug, resourceSlug),
-      (changed) => changed,
+      (changed) => (changed ? 'changed' : 'unchanged'),
     );
   }
 
@@ -462,21 +466,6 @@ export class PublishService {
   }
 }
 
-/** Counts and times a write that does not go through the planner (which counts its own). */
-async function counted<T>(write: () => Promise<T>, changed: (result: T) => boolean): Promise<T> {
-  const started = performance.now();
-  try {
-    const result = await write();
-    catalogWrites.inc({ via: 'publish', outcome: changed(result) ? 'changed' : 'unchanged' });
-    return result;
-  } catch (error) {
-    catalogWrites.inc({ via: 'publish', outcome: writeOutcome(error) });
-    throw error;
-  } finally {
-    catalogWriteDuration.observe({ via: 'publish' }, secondsSince(started));
-  }
-}
-
 /** The account a write acts for: `org` is always the caller's own (D5, D23). */
 function writerAccount(principal: Principal): string {
   if (principal.accountId === null) {
@@ -518,13 +507,13 @@ function checkPreconditions(
   const current = resourceWrite ? resourceEtag : catalog ? catalogEtag(catalog) : undefined;
   if (
     context.ifNoneMatch !== undefined &&
-    tagsOf(context.ifNoneMatch).includes('*') &&
+    entityTags(context.ifNoneMatch).includes('*') &&
     current !== undefined
   ) {
     throw new PreconditionFailedError('If-None-Match: * asks to create, and this already exists');
   }
   if (context.ifMatch !== undefined) {
-    const tags = tagsOf(context.ifMatch);
+    const tags = entityTags(context.ifMatch);
     const holds = current !== undefined && (tags.includes('*') || tags.includes(current));
     if (!holds) {
       throw new PreconditionFailedError(

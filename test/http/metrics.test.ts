@@ -171,16 +171,26 @@ describe('metrics (D25)', () => {
       });
     expect((await put()).statusCode).toBe(201);
     expect((await put()).statusCode).toBe(200);
+    // A Catalog version publication, beside the planner's writes, is counted too.
+    const version = () =>
+      app.inject({
+        method: 'POST',
+        url: '/v3/playbook/catalogs/org/measured/versions',
+        headers: key.headers,
+        payload: { version: '2' },
+      });
+    expect((await version()).statusCode).toBe(201);
+    expect((await version()).statusCode).toBe(200);
     const after = await scrape();
     const delta = (labels: Record<string, string>) =>
       value(after, 'playbook_catalog_writes_total', labels) -
       value(before, 'playbook_catalog_writes_total', labels);
-    expect(delta({ via: 'publish', outcome: 'changed' })).toBe(1);
-    expect(delta({ via: 'publish', outcome: 'unchanged' })).toBe(1);
+    expect(delta({ via: 'publish', outcome: 'changed' })).toBe(2);
+    expect(delta({ via: 'publish', outcome: 'unchanged' })).toBe(2);
     expect(
       value(after, 'playbook_catalog_write_duration_seconds_count', { via: 'publish' }) -
         value(before, 'playbook_catalog_write_duration_seconds_count', { via: 'publish' }),
-    ).toBe(2);
+    ).toBe(4);
   });
 
   it('serves the process metrics, and nothing but GET /metrics; the API port has no /metrics', async () => {
