@@ -295,19 +295,12 @@ export function handleClientError(error: Error & { code?: string }, socket: Dupl
  * (RFC 9110 §10.1.1): a 417 problem document rather than Node's bare one.
  */
 export function answerUnmetExpectation(request: IncomingMessage, response: ServerResponse): void {
-  const requestId = randomUUID();
-  const body = JSON.stringify(
-    problem(417, 'expectation_failed', 'Expect takes only 100-continue here.', requestId),
+  const { headers, body } = standaloneProblem(
+    417,
+    'expectation_failed',
+    'Expect takes only 100-continue here.',
   );
-  response
-    .writeHead(417, {
-      'content-type': PROBLEM_CONTENT_TYPE,
-      'content-length': Buffer.byteLength(body),
-      'x-request-id': requestId,
-      'cache-control': 'no-store',
-      connection: 'close',
-    })
-    .end(body);
+  response.writeHead(417, headers).end(body);
   request.resume();
 }
 
@@ -317,19 +310,36 @@ export function writeRawProblem(
   status: number,
   code: ProblemCode,
   detail: string,
-  headers: Record<string, string> = {},
+  extra: Record<string, string> = {},
 ): void {
-  const requestId = randomUUID();
-  const body = JSON.stringify(problem(status, code, detail, requestId));
+  const { headers, body } = standaloneProblem(status, code, detail);
   const lines = [
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}`,
-    `content-type: ${PROBLEM_CONTENT_TYPE}`,
-    `content-length: ${Buffer.byteLength(body)}`,
-    `x-request-id: ${requestId}`,
-    'cache-control: no-store',
-    'connection: close',
-    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+    ...Object.entries({ ...headers, ...extra }).map(([name, value]) => `${name}: ${value}`),
   ];
   if (socket.writable) socket.end(`${lines.join('\r\n')}\r\n\r\n${body}`);
   else socket.destroy();
+}
+
+/**
+ * A problem document answered outside Fastify (before any request exists, or for Node itself), with
+ * the headers every such answer carries: a fresh request id, no caching, and the connection closed.
+ */
+function standaloneProblem(
+  status: number,
+  code: ProblemCode,
+  detail: string,
+): { headers: Record<string, string>; body: string } {
+  const requestId = randomUUID();
+  const body = JSON.stringify(problem(status, code, detail, requestId));
+  return {
+    headers: {
+      'content-type': PROBLEM_CONTENT_TYPE,
+      'content-length': String(Buffer.byteLength(body)),
+      'x-request-id': requestId,
+      'cache-control': 'no-store',
+      connection: 'close',
+    },
+    body,
+  };
 }
