@@ -1,10 +1,10 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
-import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listenLocally } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
@@ -54,8 +54,7 @@ describe('@playbook/client as published (D24)', () => {
       backend = await createTestBackend();
       identity = createTestIdentity(backend);
       app = await buildIdentityApp(backend, identity);
-      await app.listen({ port: 0, host: '127.0.0.1' });
-      baseUrl = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+      baseUrl = await listenLocally(app);
       await givenAccount(backend.databases.primary, 'acme');
       const handbook = await givenCatalog(backend.databases.primary, { slug: 'handbook' });
       await givenResource(backend, handbook, { slug: 'onboarding' });

@@ -1,3 +1,4 @@
+import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
@@ -6,6 +7,12 @@ import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from './backend.js';
 import { createTestIdentity, type TestIdentity } from './credentials.js';
 import { readSide } from './read-side.js';
+
+/** Listens on a free port of 127.0.0.1, for tests that need a real socket; returns the base URL. */
+export async function listenLocally(app: FastifyInstance): Promise<string> {
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  return `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+}
 
 export interface PrincipalOptions {
   /** The caller's account; null for a caller that acts for no account (service content only). */

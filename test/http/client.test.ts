@@ -10,6 +10,7 @@ import {
   type ResponseInfo,
 } from '../../clients/typescript/src/index.js';
 import { composeApiKey, generateApiKey, parseApiKey as serverParse } from '../../src/auth/key-format.js';
+import { listenLocally } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
@@ -19,11 +20,6 @@ import { AUDIENCE, ISSUER, JwksServer, sign, signingKey } from '../helpers/jwks.
  * D24: the client library against the real server, on both stacks: every operation, pages walked to
  * the end, retries, revalidation, timeouts and aborts, and its one error class.
  */
-
-async function listen(app: FastifyInstance): Promise<string> {
-  await app.listen({ port: 0, host: '127.0.0.1' });
-  return `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
-}
 
 /** Node's fetch, counting what it sends; `before` can stand in for an answer (an outage on the way). */
 function countingFetch(before?: (call: number) => Response | Error | undefined) {
@@ -65,7 +61,7 @@ describe('the TypeScript client (D24)', () => {
     backend = await createTestBackend();
     identity = createTestIdentity(backend);
     app = await buildIdentityApp(backend, identity);
-    baseUrl = await listen(app);
+    baseUrl = await listenLocally(app);
     const db = backend.databases.primary;
     await givenAccount(db, 'acme', 'pro');
     const handbook = await givenCatalog(db, { slug: 'handbook' });
@@ -326,7 +322,7 @@ describe('the TypeScript client (D24)', () => {
         options: { jwks: { cooldownDuration: 0 } },
       });
       remote = await buildIdentityApp(backend, remoteIdentity);
-      remoteUrl = await listen(remote);
+      remoteUrl = await listenLocally(remote);
     });
     afterAll(async () => {
       await remote.close();
@@ -369,7 +365,7 @@ describe('the TypeScript client (D24)', () => {
         env: { PLAYBOOK_RATE_LIMIT_MAX: '2', PLAYBOOK_RATE_LIMIT_WINDOW_MS: '1000' },
       });
       limited = await buildIdentityApp(backend, limitedIdentity);
-      limitedUrl = await listen(limited);
+      limitedUrl = await listenLocally(limited);
     });
     afterAll(async () => {
       await limited.close();

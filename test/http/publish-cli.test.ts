@@ -1,9 +1,9 @@
-import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main } from '../../src/cli/program.js';
+import { listenLocally } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
@@ -30,8 +30,7 @@ describe('playbook publish (D23)', () => {
     backend = await createTestBackend();
     identity = createTestIdentity(backend);
     app = await buildIdentityApp(backend, identity);
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    baseUrl = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    baseUrl = await listenLocally(app);
     await givenAccount(backend.databases.primary, 'acme');
     key = (await identity.mintKey({ accountId: 'acme', scopes: ['playbook:read', 'playbook:write'] })).key;
     const tree = await newTreeDir(backend);
