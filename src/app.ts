@@ -23,7 +23,7 @@ import { CREDENTIAL_PARAMETERS, installAccessLog } from './http/access-log.js';
 import { jsonBodyParser } from './http/json-body.js';
 import { openapiOptions } from './http/openapi.js';
 import { answerUnmetExpectation, handleClientError, handleError, writeRawProblem } from './http/problem.js';
-import { normalizeQuery, refuseQueryProblems } from './http/query.js';
+import { queryHooks } from './http/query.js';
 import { type Tracing, traceRequests } from './observability/tracing.js';
 import type { PublishService } from './publish/publish-service.js';
 import { identityRoutes } from './routes/identity.js';
@@ -84,6 +84,11 @@ function credentialInQuery(query: unknown): InputError | undefined {
     }
   }
   return undefined;
+}
+
+/** A route option's hooks as a list: Fastify takes one, a list, or none. */
+function hooksOf<H>(hooks: H | H[] | undefined): H[] {
+  return hooks === undefined ? [] : ([hooks].flat() as H[]);
 }
 
 /** RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400. */
@@ -193,6 +198,20 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
       routes.on(method as HTTPMethod, route.url, () => {});
     }
   });
+  // Each route's own steps are bound to it once, when it is added, rather than looked up on every
+  // request: the name the access line and the metrics give it, its credential and scope (D7, D10),
+  // and the query checks of D3 where it takes a query.
+  app.addHook('onRoute', (route) => {
+    route.config = { ...route.config, operation: route.schema?.operationId ?? route.url };
+    const needs = route.config.auth;
+    if (needs)
+      route.onRequest = [...hooksOf(route.onRequest), authHook(deps.authenticator, deps.rateLimits, needs)];
+    const query = queryHooks(route.schema?.querystring);
+    if (query) {
+      route.preValidation = [...hooksOf(route.preValidation), query.preValidation];
+      route.preHandler = [...hooksOf(route.preHandler), query.preHandler];
+    }
+  });
   app.setNotFoundHandler((request) => {
     const path = request.url.split('?')[0]!;
     const allowed = [...methods].filter((method) => routes.find(method as HTTPMethod, path) !== null);
@@ -221,12 +240,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     if (draining) reply.header('connection', 'close');
     done(null, payload);
   });
-  // Rate limits (D10) are counted inside the auth hook, once the credential is known, so that every
-  // answer carries their headers.
-  app.addHook('onRequest', authHook(deps.authenticator, deps.rateLimits));
   app.decorateRequest('queryProblems', null);
-  app.addHook('preValidation', normalizeQuery);
-  app.addHook('preHandler', refuseQueryProblems);
 
   app.addSchema(Problem);
   for (const schema of playbookSchemas) app.addSchema(schema);

@@ -4,7 +4,7 @@ import { DEFAULT_PLAN } from '../accounts/accounts.js';
 import { AuthenticationError, ForbiddenError, InputError } from '../errors.js';
 import type { Scope } from '../schemas/identity.js';
 import type { AccessTokenVerifier } from './access-tokens.js';
-import type { ApiKeyVerifier } from './api-key-verifier.js';
+import type { ApiKeyVerifier, VerifiedApiKey } from './api-key-verifier.js';
 import type { Authenticator, CredentialPolicy } from './authenticator.js';
 import type { Principal } from './principal.js';
 
@@ -29,6 +29,15 @@ function header(
     if (raw[i]!.length === name.length && raw[i]!.toLowerCase() === name) seen++;
   if (seen > 1) throw InputError.of('header', name, 'must be sent once');
   return Array.isArray(value) ? value.join(', ') : value;
+}
+
+function principalOf(key: VerifiedApiKey): Principal {
+  return {
+    accountId: key.accountId,
+    plan: key.plan,
+    scopes: key.scopes,
+    credential: { kind: 'api-key', keyId: key.keyId },
+  };
 }
 
 /**
@@ -67,6 +76,21 @@ export class CredentialAuthenticator implements Authenticator {
     throw new AuthenticationError('a credential is required: x-api-key, or Authorization: Bearer <token>');
   }
 
+  /**
+   * The principal of the common case, decided without a promise: an API key alone (no Authorization,
+   * no x-account-id) that the verifier holds in memory. Anything else is `undefined`, for
+   * `authenticate` to decide and to explain. A repeated x-api-key arrives joined by a comma, which no
+   * key parses as, so it goes there too.
+   */
+  authenticateFromMemory(request: FastifyRequest, policy: CredentialPolicy): Principal | undefined {
+    const { headers } = request;
+    const presented = headers['x-api-key'];
+    if (policy !== 'api-key-or-token' || typeof presented !== 'string') return undefined;
+    if (headers.authorization !== undefined || headers['x-account-id'] !== undefined) return undefined;
+    const key = this.keys.verifyFromMemory(presented);
+    return key && principalOf(key);
+  }
+
   private async fromApiKey(request: FastifyRequest, presented: string): Promise<Principal> {
     const key = await this.keys.verify(presented);
     const selected = header(request, 'x-account-id');
@@ -74,12 +98,7 @@ export class CredentialAuthenticator implements Authenticator {
     if (selected !== undefined && selected !== key.accountId) {
       throw new ForbiddenError('this API key does not act for the account in x-account-id');
     }
-    return {
-      accountId: key.accountId,
-      plan: key.plan,
-      scopes: key.scopes,
-      credential: { kind: 'api-key', keyId: key.keyId },
-    };
+    return principalOf(key);
   }
 
   private async fromToken(request: FastifyRequest, authorization: string): Promise<Principal> {

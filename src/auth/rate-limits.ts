@@ -9,8 +9,11 @@ import type { Credential } from './principal.js';
  * shares the counts between instances (D10, `PLAYBOOK_REDIS_URL`) without other changes.
  */
 export interface RateCounter {
-  /** Adds one hit to `key`'s current window (opening one when none is running). */
-  increment(key: string, windowMs: number): Promise<WindowCount>;
+  /**
+   * Adds one hit to `key`'s current window (opening one when none is running). A counter in this
+   * process answers at once; one shared over the network answers with a promise.
+   */
+  increment(key: string, windowMs: number): WindowCount | Promise<WindowCount>;
 }
 
 export interface WindowCount {
@@ -30,7 +33,7 @@ export class MemoryRateCounter implements RateCounter {
     this.windows = new LRUCache({ max: maxKeys });
   }
 
-  async increment(key: string, windowMs: number): Promise<WindowCount> {
+  increment(key: string, windowMs: number): WindowCount {
     const now = this.now();
     const current = this.windows.get(key);
     const window = current && now - current.startedAt < windowMs ? current : { count: 0, startedAt: now };
@@ -50,9 +53,10 @@ export interface AccessLimiter {
   /**
    * Counts the request against its credential (the key id or the token subject), or against `key`
    * when the credential is not a principal (a leak report's signing key); sets the `RateLimit-*`
-   * headers; a 429 with `Retry-After` when over the budget.
+   * headers; a 429 with `Retry-After` when over the budget. Done at once (a throw for the 429) when
+   * the counter is in this process, else a promise.
    */
-  consume(request: FastifyRequest, reply: FastifyReply, key?: string): Promise<void>;
+  consume(request: FastifyRequest, reply: FastifyReply, key?: string): void | Promise<void>;
 }
 
 export interface RateLimitSettings {
@@ -102,13 +106,19 @@ export class RateLimits implements AccessLimiter {
     }
   }
 
-  async consume(request: FastifyRequest, reply: FastifyReply, key?: string): Promise<void> {
-    const { max, windowMs } = this.settings;
+  consume(request: FastifyRequest, reply: FastifyReply, key?: string): void | Promise<void> {
+    const { windowMs } = this.settings;
     if (!key && !request.principal) {
       throw new Error('a request counted against its credential before it had one');
     }
-    const counted = key ?? credentialKey(request.principal!.credential);
-    const { count, resetInMs } = await this.counter.increment(counted, windowMs);
+    const counted = this.counter.increment(key ?? credentialKey(request.principal!.credential), windowMs);
+    if (counted instanceof Promise) return counted.then((window) => this.admit(reply, window));
+    this.admit(reply, counted);
+  }
+
+  /** The headers of the credential's budget, and a 429 past it. */
+  private admit(reply: FastifyReply, { count, resetInMs }: WindowCount): void {
+    const { max, windowMs } = this.settings;
     describe(reply, max, count, resetInMs);
     if (count > max) {
       const retryAfter = seconds(resetInMs);

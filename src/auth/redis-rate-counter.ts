@@ -88,7 +88,9 @@ export class FallbackRateCounter implements RateCounter {
     return this.attempt((counter) => counter.increment(key, windowMs));
   }
 
-  private async attempt(operation: (counter: RateCounter) => Promise<WindowCount>): Promise<WindowCount> {
+  private async attempt(
+    operation: (counter: RateCounter) => WindowCount | Promise<WindowCount>,
+  ): Promise<WindowCount> {
     const { shared, local, connected, health } = this.options;
     // A monotonic clock: the skip is about the network, not about the service's (injectable) time.
     if (connected() && performance.now() >= this.skipUntil) {

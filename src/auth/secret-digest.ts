@@ -14,7 +14,9 @@ export interface SecretHasher {
  * request. Salting adds nothing for the same reason.
  */
 export const sha256Hasher: SecretHasher = {
-  digest: (secret) => hash('sha256', secret, 'buffer'),
+  // Through hex: Node 20's one-shot hash makes a text digest in a third of the time it takes to make
+  // a Buffer, and the Buffer is then made from the text in less than the difference.
+  digest: (secret) => Buffer.from(hash('sha256', secret, 'hex'), 'hex'),
 };
 
 /** Constant-time equality of two digests of the same hasher (always the same length). */

@@ -30,8 +30,8 @@ export interface AnswerCacheStats {
  * reads that began before a `clear()` is never kept: `ticket()` is taken before reading, and `set`
  * refuses a ticket from before the latest clear.
  */
-const HIT = answerCacheLookups.labels('hit');
-const MISS = answerCacheLookups.labels('miss');
+const HIT = answerCacheLookups.bind({ result: 'hit' });
+const MISS = answerCacheLookups.bind({ result: 'miss' });
 
 export class AnswerCache {
   private readonly entries: LRUCache<string, Entry> | undefined;

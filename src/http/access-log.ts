@@ -1,8 +1,18 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { httpDuration, httpRequests, rateLimitRefusals } from '../observability/metrics.js';
+import {
+  type CountedSeries,
+  httpDuration,
+  httpRequests,
+  type ObservedSeries,
+  rateLimitRefusals,
+} from '../observability/metrics.js';
 import type { ProblemCode } from '../schemas/common.js';
 
 declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** What the access line and the metrics call the route: its operation id, else its path pattern. */
+    operation?: string;
+  }
   interface FastifyRequest {
     /** Why the request was refused, when it was: for the access line, set by the problem handler. */
     refusal: { readonly code: ProblemCode; readonly detail: string } | null;
@@ -66,11 +76,12 @@ function credentialOf(request: FastifyRequest): Record<string, string | null> {
  */
 export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
   const length = reply.getHeader('content-length');
-  const route = request.routeOptions;
-  observe(request, reply, route.schema?.operationId ?? route.url);
+  // Set on every route when it is added (app.ts); absent on a request no route took.
+  const operation = request.routeOptions.config.operation;
+  observe(request, reply, operation);
   request.log.info(
     {
-      op: route.schema?.operationId ?? route.url ?? null,
+      op: operation ?? null,
       method: request.method,
       url: loggableUrl(request.url),
       status: reply.statusCode,
@@ -88,8 +99,8 @@ const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIO
 
 /** The counter and histogram of one label set, bound once: a request then neither builds nor hashes labels. */
 interface BoundSeries {
-  readonly count: { inc(): void };
-  readonly duration: { observe(value: number): void };
+  readonly count: CountedSeries<string>;
+  readonly duration: ObservedSeries<string>;
 }
 const bound = new Map<string, BoundSeries>();
 
@@ -100,7 +111,7 @@ function observe(request: FastifyRequest, reply: FastifyReply, operation: string
   let series = bound.get(key);
   if (!series) {
     const labels = { operation: operation ?? 'unmatched', method, status: String(reply.statusCode) };
-    series = { count: httpRequests.labels(labels), duration: httpDuration.labels(labels) };
+    series = { count: httpRequests.bind(labels), duration: httpDuration.bind(labels) };
     bound.set(key, series);
   }
   series.count.inc();

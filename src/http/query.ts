@@ -1,5 +1,5 @@
 import type { TObject, TSchema } from '@sinclair/typebox';
-import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
+import type { FastifyRequest, preHandlerHookHandler, preValidationHookHandler } from 'fastify';
 import { InputError, type InputProblem } from '../errors.js';
 
 const DECIMAL = /^[0-9]+$/;
@@ -18,23 +18,37 @@ declare module 'fastify' {
  * Unknown parameters are left for the schema's `additionalProperties: false` to name.
  *
  * What is found here does not stop the request at once: schema validation runs too, so that one 400
- * lists every problem (D2), and `refuseQueryProblems` refuses what only this hook found.
+ * lists every problem (D2), and the preHandler refuses what only the preValidation hook found.
+ *
+ * Bound to each route whose query schema names parameters, when the route is added: a route that
+ * takes none runs neither hook.
  */
-export function normalizeQuery(
-  request: FastifyRequest,
-  _reply: FastifyReply,
-  done: HookHandlerDoneFunction,
-): void {
-  const schema = request.routeOptions.schema?.querystring as TObject | undefined;
-  if (!schema?.properties) {
-    done();
-    return;
-  }
-  const query = request.query as Record<string, string | string[]>;
+export function queryHooks(
+  schema: unknown,
+): { preValidation: preValidationHookHandler; preHandler: preHandlerHookHandler } | undefined {
+  const properties = (schema as TObject | undefined)?.properties;
+  if (!properties || Object.keys(properties).length === 0) return undefined;
+  return {
+    preValidation: (request, _reply, done) => {
+      const problems = queryProblems(request.query as Record<string, string | string[]>, properties);
+      if (problems.length > 0) request.queryProblems = problems;
+      done();
+    },
+    preHandler: (request, _reply, done) => {
+      done(request.queryProblems ? new InputError(request.queryProblems) : undefined);
+    },
+  };
+}
+
+/** Normalises `query` in place (array parameters) and returns what D3 refuses in it. */
+function queryProblems(
+  query: Record<string, string | string[]>,
+  properties: TObject['properties'],
+): InputProblem[] {
   const problems: InputProblem[] = [];
   for (const [name, value] of Object.entries(query)) {
-    if (!Object.hasOwn(schema.properties, name)) continue;
-    const property = schema.properties[name] as TSchema;
+    if (!Object.hasOwn(properties, name)) continue;
+    const property = properties[name] as TSchema;
     if (property.type === 'array') {
       // Each value once (D20): a list of thousands of the same value is one value to check.
       query[name] = [...new Set((Array.isArray(value) ? value : [value]).flatMap((v) => v.split(',')))];
@@ -50,17 +64,7 @@ export function normalizeQuery(
       }
     }
   }
-  if (problems.length > 0) request.queryProblems = problems;
-  done();
-}
-
-/** preHandler: the query's problems when schema validation found none of its own. */
-export function refuseQueryProblems(
-  request: FastifyRequest,
-  _reply: FastifyReply,
-  done: HookHandlerDoneFunction,
-): void {
-  done(request.queryProblems ? new InputError(request.queryProblems) : undefined);
+  return problems;
 }
 
 /**

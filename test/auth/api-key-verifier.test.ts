@@ -175,6 +175,51 @@ describe('API key verification', () => {
     expect(await refusal(identity.verifier.verify(key))).toBe('the API key has expired');
   });
 
+  describe('from memory alone (the auth hook tries this first, without a promise)', () => {
+    it('grants a cached, fresh, live key what verify grants, without reading storage', async () => {
+      const { key } = await identity.mintKey({ accountId: 'acme', scopes: ['playbook:read'] });
+      meter.reset();
+      expect(identity.verifier.verifyFromMemory(key)).toBeUndefined(); // not held yet
+      const verified = await identity.verifier.verify(key);
+      meter.reset();
+      expect(identity.verifier.verifyFromMemory(key)).toEqual(verified);
+      expect(meter).toMatchObject({ digests: 1, lookups: 0 });
+      expect(identity.usage.pending(verified.keyId)).toBe(new Date(clock).toISOString());
+    });
+
+    it('leaves to verify a malformed key, a wrong secret, a stale entry, a revoked or expired key', async () => {
+      const expiresAt = new Date(clock + 60_000).toISOString();
+      const { id, key } = await identity.mintKey({ accountId: 'acme', expiresAt });
+      await identity.verifier.verify(key);
+      const wrongSecret = composeApiKey('test', parseApiKey(key)!.keyId, generateApiKey('test').secret);
+      expect(identity.verifier.verifyFromMemory(wrongSecret)).toBeUndefined();
+      expect(identity.verifier.verifyFromMemory(`${key}0`)).toBeUndefined();
+      expect(identity.verifier.verifyFromMemory(generateApiKey('live').key)).toBeUndefined();
+      clock += 1000; // the revalidation interval: storage must be read again
+      expect(identity.verifier.verifyFromMemory(key)).toBeUndefined();
+      await identity.verifier.verify(key);
+      clock += 59_000; // past expiresAt, though cached and fresh
+      expect(identity.verifier.verifyFromMemory(key)).toBeUndefined();
+      clock -= 59_000;
+      expect(identity.verifier.verifyFromMemory(key)).toBeDefined();
+      expect(await identity.keys.revoke(id)).toBe('revoked');
+      expect(identity.verifier.verifyFromMemory(key)).toBeUndefined();
+    });
+
+    it('spends one digest on an unknown key id as on a wrong secret', async () => {
+      const { key } = await identity.mintKey({ accountId: 'acme' });
+      await identity.verifier.verify(key);
+      const random = () => generateApiKey('test').secret.slice(0, 33);
+      const costOf = (presented: string) => {
+        meter.reset();
+        expect(identity.verifier.verifyFromMemory(presented)).toBeUndefined();
+        return meter.digests;
+      };
+      expect(costOf(composeApiKey('test', 'Unknown0KeyId000', random()))).toBe(1);
+      expect(costOf(composeApiKey('test', parseApiKey(key)!.keyId, random()))).toBe(1);
+    });
+  });
+
   it('records lastUsedAt in memory and writes it in one batch on flush, not per request', async () => {
     const a = await identity.mintKey({ accountId: 'acme' });
     const b = await identity.mintKey({ accountId: 'acme' });

@@ -1,0 +1,94 @@
+import { Counter, Histogram, Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import {
+  BoundCounter,
+  BoundHistogram,
+  recordingMetrics,
+  startMetricsServer,
+} from '../../src/observability/metrics.js';
+
+const BUCKETS = [0.001, 0.01, 0.1, 1];
+const LABELS = ['operation', 'status'] as const;
+
+/** The same observations, through prom-client's own metrics and through the bound ones. */
+function pair() {
+  const theirs = new Registry();
+  const ours = new Registry();
+  return {
+    theirs,
+    ours,
+    counter: new Counter({ name: 'c_total', help: 'c', labelNames: LABELS, registers: [theirs] }),
+    boundCounter: new BoundCounter({ name: 'c_total', help: 'c', labelNames: LABELS, registers: [ours] }),
+    histogram: new Histogram({
+      name: 'h_seconds',
+      help: 'h',
+      labelNames: LABELS,
+      buckets: BUCKETS,
+      registers: [theirs],
+    }),
+    boundHistogram: new BoundHistogram({
+      name: 'h_seconds',
+      help: 'h',
+      labelNames: LABELS,
+      buckets: BUCKETS,
+      registers: [ours],
+    }),
+  };
+}
+
+/**
+ * D25: the series every request records are bound once and count by plain addition. One process, one
+ * module state: the first test runs before the metrics listener opens, the others after.
+ */
+describe('bound metrics (D25)', () => {
+  it('records nothing until the metrics listener opens', async () => {
+    const { ours, boundCounter, boundHistogram } = pair();
+    expect(recordingMetrics()).toBe(false);
+    boundCounter.bind({ operation: 'a', status: '200' }).inc();
+    boundHistogram.bind({ operation: 'a', status: '200' }).observe(0.002);
+    const text = await ours.metrics();
+    expect(text).not.toMatch(/^c_total\{/m);
+    expect(text).not.toMatch(/^h_seconds_count\{/m);
+  });
+
+  it("renders exactly what prom-client's own counter and histogram render for the same observations", async () => {
+    const listener = await startMetricsServer({ port: 0, host: '127.0.0.1' });
+    try {
+      const { theirs, ours, counter, boundCounter, histogram, boundHistogram } = pair();
+      const series = [
+        { operation: 'a', status: '200' },
+        { operation: 'b', status: '404' },
+      ];
+      const bound = series.map((labels) => ({
+        count: boundCounter.bind(labels),
+        duration: boundHistogram.bind(labels),
+      }));
+      // On and between bucket bounds, below the first and past the last.
+      const values = [0.0005, 0.001, 0.004, 0.01, 0.05, 0.1, 0.7, 1, 3];
+      for (const [i, value] of values.entries()) {
+        const which = i % 2;
+        counter.inc(series[which]!);
+        histogram.observe(series[which]!, value);
+        bound[which]!.count.inc();
+        bound[which]!.duration.observe(value);
+      }
+      expect(await ours.metrics()).toBe(await theirs.metrics());
+      // Counts accumulate across scrapes; they are handed over once, not twice.
+      bound[0]!.count.inc();
+      counter.inc(series[0]!);
+      expect(await ours.metrics()).toBe(await theirs.metrics());
+      expect(await ours.metrics()).toBe(await theirs.metrics());
+      expect(await ours.getMetricsAsJSON()).toEqual(await theirs.getMetricsAsJSON());
+    } finally {
+      await listener.close();
+    }
+  });
+
+  it('forgets the bound series on reset, as prom-client does its own', async () => {
+    const { ours, boundHistogram } = pair();
+    boundHistogram.bind({ operation: 'a', status: '200' }).observe(0.5);
+    expect(await ours.metrics()).toMatch(/^h_seconds_count\{operation="a",status="200"\} 1$/m);
+    ours.resetMetrics();
+    expect(await ours.metrics()).not.toMatch(/^h_seconds_count/m);
+  });
+});
