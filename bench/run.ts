@@ -2,10 +2,11 @@
  * `npm run bench`: the service's read path against a floor, in one run, on this machine.
  *
  * Imports a catalog of 1,000 resources (details of about 2.9 KB) through `playbook import`, starts the service
- * as `npm start` does (`playbook serve`, default log level, as a process of its own) and a floor (see
- * floor.ts) that sends the very answers captured from the service. Each server in turn gets core 0 and
- * wrk (50 connections) core 1. Prints req/s, p50 and p99 of both and the service's ratio to the floor,
- * and exits 1 when a target is missed. Absolute numbers move by a fifth from run to run on a shared
+ * as `npm start` does (`playbook serve`, default log level, as a process of its own, with its metrics
+ * listener on and scraped every second) and a floor (see floor.ts) that sends the very answers captured
+ * from the service. The last row holds the service against a second instance without metrics: what
+ * metrics cost (D25). Each server in turn gets core 0 and wrk (50 connections) core 1. Prints req/s,
+ * p50 and p99 of both and the service's ratio to the floor, and exits 1 when a target is missed. Absolute numbers move by a fifth from run to run on a shared
  * machine; the ratios much less.
  *
  * The machine's speed drifts while it runs (other tenants share its cores), so the two servers take
@@ -29,6 +30,7 @@ import {
   pinned,
   ROOT,
   requireWrk,
+  startScraper,
   startService,
   stop,
   waitForReady,
@@ -52,6 +54,8 @@ interface Scenario {
   readonly maxP99Ms?: number;
   /** Which captured answer the floor sends (its own index by default): a 304 is held against a 200. */
   readonly floorOf?: number;
+  /** Held against the same request to a second service without metrics, rather than the floor. */
+  readonly versusMetricsOff?: boolean;
 }
 
 interface Captured {
@@ -135,14 +139,23 @@ async function main(): Promise<number> {
   cli(['import', tree, '--owner', 'svc'], env);
 
   const servicePort = await freePort();
+  const metricsPort = await freePort();
+  const bareServicePort = await freePort();
   const floorPort = await freePort();
   const service = `http://127.0.0.1:${servicePort}`;
+  const bareService = `http://127.0.0.1:${bareServicePort}`;
   const floor = `http://127.0.0.1:${floorPort}`;
-  const serviceProcess = startService(servicePort, env);
+  // As a production deployment runs: metrics on, and scraped every second (five to fifteen times as
+  // often as Prometheus usually does). A second instance without metrics measures what they cost.
+  const serviceProcess = startService(servicePort, { ...env, PLAYBOOK_METRICS_PORT: String(metricsPort) });
+  const bareServiceProcess = startService(bareServicePort, env);
   let floorProcess: ReturnType<typeof spawn> | undefined;
+  let scraper: ReturnType<typeof startScraper> | undefined;
   let failures = 0;
   try {
     await waitForReady(`${service}/readyz`, serviceProcess);
+    await waitForReady(`${bareService}/readyz`, bareServiceProcess);
+    scraper = startScraper(`http://127.0.0.1:${metricsPort}/metrics`);
     const key = await createReadKey(service, env);
     const headers = { 'x-api-key': key };
     const firstPage = (await (
@@ -195,6 +208,15 @@ async function main(): Promise<number> {
         expectStatus: 200,
         minRatio: 0.5,
       },
+      {
+        // D25: what metrics cost, against the same service without them, rather than the floor.
+        name: 'detail, metrics on vs off',
+        path: detailPath,
+        headers: {},
+        expectStatus: 200,
+        minRatio: 0.95,
+        versusMetricsOff: true,
+      },
     ];
     const captured: Captured[] = [];
     for (const scenario of scenarios) captured.push(await capture(service, key, scenario));
@@ -228,14 +250,16 @@ async function main(): Promise<number> {
     for (const [index, scenario] of scenarios.entries()) {
       const url = `${service}${scenario.path}`;
       const load = { connections: CONNECTIONS, headers: { ...headers, ...scenario.headers } };
-      const floorUrl = `${floor}/answer/${scenario.floorOf ?? index}`;
+      const [floorUrl, floorLoad] = scenario.versusMetricsOff
+        ? [`${bareService}${scenario.path}`, load]
+        : [`${floor}/answer/${scenario.floorOf ?? index}`, { connections: CONNECTIONS }];
       wrk(url, { ...load, seconds: WARMUP_S });
-      wrk(floorUrl, { connections: CONNECTIONS, seconds: WARMUP_S });
+      wrk(floorUrl, { ...floorLoad, seconds: WARMUP_S });
       const rounds: { ours: LoadResult; theirs: LoadResult }[] = [];
       for (let round = 0; round < ROUNDS; round++) {
         rounds.push({
           ours: wrk(url, { ...load, seconds: DURATION_S }),
-          theirs: wrk(floorUrl, { connections: CONNECTIONS, seconds: DURATION_S }),
+          theirs: wrk(floorUrl, { ...floorLoad, seconds: DURATION_S }),
         });
       }
       const ours = medianOf(rounds.map((r) => r.ours));
@@ -272,9 +296,20 @@ async function main(): Promise<number> {
         ),
       );
     }
-    console.log(`service peak RSS: ${peakRssMb(serviceProcess.pid!).toFixed(0)} MB`);
+    const scrapes = await scraper.stop();
+    scraper = undefined;
+    console.log(
+      `service peak RSS: ${peakRssMb(serviceProcess.pid!).toFixed(0)} MB; metrics scraped ${scrapes} times`,
+    );
+
+    if (scrapes === 0) {
+      console.log('MISSED: the metrics were never scraped');
+      failures++;
+    }
   } finally {
+    await scraper?.stop();
     await stop(serviceProcess);
+    await stop(bareServiceProcess);
     if (floorProcess) await stop(floorProcess);
     fs.rmSync(dataDir, { recursive: true, force: true });
   }

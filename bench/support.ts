@@ -76,6 +76,29 @@ export async function stop(child: ChildProcess): Promise<void> {
   await exited;
 }
 
+/**
+ * Scrapes `url` every second from a process of its own on the load generator's core (the benchmark's
+ * own thread is blocked while wrk runs), as Prometheus would. `stop` returns how many scrapes succeeded.
+ */
+export function startScraper(url: string): { stop(): Promise<number> } {
+  const script = `
+    let scrapes = 0;
+    setInterval(() => fetch(${JSON.stringify(url)}).then((a) => a.text()).then(() => scrapes++, () => {}), 1000);
+    process.on('SIGTERM', () => { process.stdout.write(String(scrapes)); process.exit(0); });`;
+  const [command, args] = pinned(1, process.execPath, ['-e', script]);
+  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  return {
+    stop: async () => {
+      await stop(child);
+      return Number(output);
+    },
+  };
+}
+
 /** The process's peak resident memory so far (VmHWM), in MB. */
 export function peakRssMb(pid: number): number {
   const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');

@@ -58,11 +58,11 @@ export class PlaybookService {
     private readonly answers: AnswerCache,
   ) {}
 
-  async listCatalogs(
+  listCatalogs(
     principal: Principal,
     query: ListCatalogsQuery,
     serialize: Serialize<PageOf<Catalog>>,
-  ): Promise<ReadAnswer> {
+  ): ReadAnswer | Promise<ReadAnswer> {
     const scopes = setKey(query.sourceScope);
     // Service-owned Catalogs are the same for every caller; an account's are its own.
     const audience = scopes === 'svc' ? 'svc' : `account:${principal.accountId ?? ''}`;
@@ -87,12 +87,12 @@ export class PlaybookService {
     );
   }
 
-  async listResources(
+  listResources(
     principal: Principal,
     params: CatalogParams,
     query: ListResourcesQuery,
     serialize: Serialize<PageOf<ResourceListItem>>,
-  ): Promise<ReadAnswer> {
+  ): ReadAnswer | Promise<ReadAnswer> {
     const audience = params.owner === 'svc' ? 'svc' : `account:${principal.accountId ?? ''}`;
     const { page, pageSize } = pageOf(query);
     const key = `resources|${audience}|${params.catalogSlug}|${setKey(query.kind)}|${page}|${pageSize}`;
@@ -115,11 +115,11 @@ export class PlaybookService {
     );
   }
 
-  async getResource(
+  getResource(
     principal: Principal,
     resourceId: string,
     serialize: Serialize<ResourceDetail>,
-  ): Promise<ReadAnswer> {
+  ): ReadAnswer | Promise<ReadAnswer> {
     const key = (audience: string) => `resource|${audience}|${resourceId}`;
     return (
       this.heldFor(principal, key) ??
@@ -136,12 +136,12 @@ export class PlaybookService {
     );
   }
 
-  async listVersions(
+  listVersions(
     principal: Principal,
     resourceId: string,
     query: ListVersionsQuery,
     serialize: Serialize<PageOf<ResourceVersionSummary>>,
-  ): Promise<ReadAnswer> {
+  ): ReadAnswer | Promise<ReadAnswer> {
     const { page, pageSize } = pageOf(query);
     const key = (audience: string) => `versions|${audience}|${resourceId}|${page}|${pageSize}`;
     return (
@@ -165,12 +165,12 @@ export class PlaybookService {
    * hash, so a revalidation is answered without loading content (D11). Content is loaded, checked
    * (D12) and serialized when the answer is first sent, and kept with it.
    */
-  async getVersion(
+  getVersion(
     principal: Principal,
     resourceId: string,
     versionId: string,
     serialize: Serialize<ResourceVersionDetail>,
-  ): Promise<ReadAnswer> {
+  ): ReadAnswer | Promise<ReadAnswer> {
     const key = (audience: string) => `version|${audience}|${resourceId}|${versionId}`;
     return (
       this.heldFor(principal, key) ??

@@ -41,15 +41,24 @@ function batchedStdout(): pino.DestinationStream {
   // One per process: every logger writing to file descriptor 1 shares its buffer, so lines keep order.
   if (stdoutDestination) return stdoutDestination;
   const destination = pino.destination({ dest: 1, sync: true, minLength: LOG_BATCH_BYTES });
-  const flush = () => {
+  const flush = (write: () => void) => () => {
     try {
-      destination.flushSync();
+      write();
     } catch {
       // Standard output is gone (a closed pipe): nothing left to write to.
     }
   };
-  setInterval(flush, LOG_FLUSH_MS).unref();
-  process.once('exit', flush);
+  // While running, the lines held are written as they are (`flush`); `flushSync` would also fsync,
+  // which stalls every request for a disk flush when standard output is a file. On the way out, they
+  // are written and synced.
+  setInterval(
+    flush(() => destination.flush()),
+    LOG_FLUSH_MS,
+  ).unref();
+  process.once(
+    'exit',
+    flush(() => destination.flushSync()),
+  );
   stdoutDestination = destination;
   return destination;
 }

@@ -72,17 +72,17 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       process.once('SIGTERM', () => shutdown('SIGTERM'));
       process.once('SIGINT', () => shutdown('SIGINT'));
 
+      // Its own listener, never the API's port: metrics are for the operators' network (D25). Opened
+      // first, so that the first requests are counted, and so that a port already taken stops the
+      // start rather than leaving a service nobody can watch.
+      const metrics = config.metrics ? await startMetricsServer(config.metrics) : undefined;
+      if (metrics) app.addHook('onClose', () => metrics.close());
       const address = await app.listen({
         port: options.port ?? config.port,
         host: options.host ?? config.host,
       });
       for (const line of services.gettingStarted(address)) context.stderr.write(`${line}\n`);
-      if (config.metrics) {
-        // Its own listener, never the API's port: metrics are for the operators' network (D25).
-        const metrics = await startMetricsServer(config.metrics);
-        app.addHook('onClose', () => metrics.close());
-        context.stderr.write(`Metrics for Prometheus: ${metrics.address}/metrics\n`);
-      }
+      if (metrics) context.stderr.write(`Metrics for Prometheus: ${metrics.address}/metrics\n`);
     });
 }
 

@@ -156,31 +156,59 @@ export function routeSerializer<T>(reply: FastifyReply): (value: T) => string {
  * `Accept-Encoding`, that representation's strong `ETag`, `Cache-Control: private, no-cache` and
  * `Vary`; a 304 without a body when `If-None-Match` names the validator, on GET and HEAD alike.
  *
+ * An answer held in memory is sent at once, without a promise (the common case of a busy service,
+ * where each promise is a measurable part of a request); one still being made, or a lazy answer's
+ * body, is waited for.
+ *
  * @example
- * app.get(path, options, async (request, reply) => sendAnswer(request, reply, await service.read(…)));
+ * app.get(path, options, (request, reply) => sendAnswer(request, reply, service.read(…)));
  */
-export async function sendAnswer(
+export function sendAnswer(
   request: FastifyRequest,
   reply: FastifyReply,
-  answer: ReadAnswer,
-): Promise<FastifyReply> {
-  reply.header('cache-control', CACHE_CONTROL).header('vary', VARY);
-  const lazy = answer instanceof Answer ? undefined : answer;
-  // A lazy answer that may be too small to compress is made now: the encoding depends on its size.
-  let ready =
-    lazy === undefined
-      ? (answer as Answer)
-      : lazy.minBytes < MIN_COMPRESSED_BYTES
-        ? await lazy.load()
-        : undefined;
-  const size = ready ? ready.body.length : (lazy as LazyAnswer).minBytes;
-  const encoding =
-    size >= MIN_COMPRESSED_BYTES ? negotiateEncoding(request.headers['accept-encoding']) : undefined;
-  const etag = etagOf(answer.tag, encoding);
-  reply.header('etag', etag);
-  if (etagMatches(request.headers['if-none-match'], etag)) return reply.code(304).send();
-  ready ??= await (lazy as LazyAnswer).load();
-  if (encoding === undefined) return reply.type(JSON_TYPE).send(ready.body);
-  const body = await ready.encoded(encoding);
-  return reply.type(JSON_TYPE).header('content-encoding', encoding).send(body);
+  answer: ReadAnswer | Promise<ReadAnswer>,
+): void | Promise<void> {
+  if (answer instanceof Promise) return answer.then((made) => sendAnswer(request, reply, made));
+  if (!(answer instanceof Answer)) return sendLazy(request, reply, answer);
+  const encoding = answer.body.length >= MIN_COMPRESSED_BYTES ? encodingOf(request) : undefined;
+  if (revalidated(request, reply, answer.tag, encoding)) {
+    reply.code(304).send();
+  } else if (encoding === undefined) {
+    reply.type(JSON_TYPE).send(answer.body);
+  } else {
+    const body = answer.encoded(encoding);
+    if (body instanceof Promise) return body.then((bytes) => sendEncoded(reply, encoding, bytes));
+    sendEncoded(reply, encoding, body);
+  }
+}
+
+/** A lazy answer: a revalidation is answered from its validator, without making its body. */
+async function sendLazy(request: FastifyRequest, reply: FastifyReply, lazy: LazyAnswer): Promise<void> {
+  // One that may be too small to compress is made at once: the encoding depends on its size.
+  if (lazy.minBytes >= MIN_COMPRESSED_BYTES && revalidated(request, reply, lazy.tag, encodingOf(request))) {
+    reply.code(304).send();
+    return;
+  }
+  // The body keeps the lazy answer's validator, and is at least as large: the same encoding is chosen.
+  return sendAnswer(request, reply, await lazy.load());
+}
+
+function encodingOf(request: FastifyRequest): Encoding | undefined {
+  return negotiateEncoding(request.headers['accept-encoding']);
+}
+
+/** Sets the validator and caching headers of the representation; whether `If-None-Match` names it. */
+function revalidated(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  tag: string,
+  encoding: Encoding | undefined,
+): boolean {
+  const etag = etagOf(tag, encoding);
+  reply.header('cache-control', CACHE_CONTROL).header('vary', VARY).header('etag', etag);
+  return etagMatches(request.headers['if-none-match'], etag);
+}
+
+function sendEncoded(reply: FastifyReply, encoding: Encoding, body: Buffer): void {
+  reply.type(JSON_TYPE).header('content-encoding', encoding).send(body);
 }

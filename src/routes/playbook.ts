@@ -34,7 +34,8 @@ function principalOf(request: { principal: Principal | null }): Principal {
 
 /**
  * The read operations of contract.md §4.1-4.4 and the history list of D16. Each route states its
- * schema and scope, asks the service for the answer, and sends it with `sendAnswer`.
+ * schema and scope, asks the service for the answer, and sends it with `sendAnswer`: at once when it is
+ * held in memory, once it is made otherwise.
  */
 export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncTypebox {
   return async (app) => {
@@ -58,11 +59,11 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
           ...listErrors,
         },
       },
-      handler: async (request, reply) =>
+      handler: (request, reply) =>
         sendAnswer(
           request,
           reply,
-          await service.listCatalogs(principalOf(request), request.query, routeSerializer(reply)),
+          service.listCatalogs(principalOf(request), request.query, routeSerializer(reply)),
         ),
     });
 
@@ -87,16 +88,11 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
           ...itemErrors,
         },
       },
-      handler: async (request, reply) =>
+      handler: (request, reply) =>
         sendAnswer(
           request,
           reply,
-          await service.listResources(
-            principalOf(request),
-            request.params,
-            request.query,
-            routeSerializer(reply),
-          ),
+          service.listResources(principalOf(request), request.params, request.query, routeSerializer(reply)),
         ),
     });
 
@@ -119,11 +115,11 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
           ...itemErrors,
         },
       },
-      handler: async (request, reply) =>
+      handler: (request, reply) =>
         sendAnswer(
           request,
           reply,
-          await service.getResource(
+          service.getResource(
             principalOf(request),
             request.params.resourceId.toLowerCase(),
             routeSerializer(reply),
@@ -149,11 +145,11 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
           ...itemErrors,
         },
       },
-      handler: async (request, reply) =>
+      handler: (request, reply) =>
         sendAnswer(
           request,
           reply,
-          await service.listVersions(
+          service.listVersions(
             principalOf(request),
             request.params.resourceId.toLowerCase(),
             request.query,
@@ -180,11 +176,11 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
           ...itemErrors,
         },
       },
-      handler: async (request, reply) =>
+      handler: (request, reply) =>
         sendAnswer(
           request,
           reply,
-          await service.getVersion(
+          service.getVersion(
             principalOf(request),
             request.params.resourceId.toLowerCase(),
             request.params.versionId.toLowerCase(),

@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../helpers/servers.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 
@@ -11,14 +12,22 @@ interface Started {
   readonly child: ChildProcess;
   readonly address: string;
   readonly stdout: () => string;
+  readonly stderr: () => string;
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
 /** Runs `npm start` as the README says (it builds first), until it prints where it serves. */
-async function npmStart(dataDir: string): Promise<Started> {
+async function npmStart(dataDir: string, env: Record<string, string> = {}): Promise<Started> {
   const child = spawn('npm', ['start'], {
     cwd: ROOT,
-    env: { ...process.env, PLAYBOOK_DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' },
+    env: {
+      ...process.env,
+      PLAYBOOK_DATA_DIR: dataDir,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stdout = '';
@@ -33,19 +42,24 @@ async function npmStart(dataDir: string): Promise<Started> {
     child.stderr!.on('data', (chunk: Buffer) => {
       stderr += chunk.toString('utf8');
       const match = /is serving on (http:\/\/[\d.:]+)/.exec(stderr);
-      if (match) resolve(match[1]!);
+      // The metrics line, when metrics are on, comes right after the banner.
+      if (match && (env.PLAYBOOK_METRICS_PORT === undefined || /Metrics for Prometheus/.test(stderr))) {
+        resolve(match[1]!);
+      }
     });
     void exited.then(() => reject(new Error(`npm start exited early:\n${stderr}`)));
   });
-  return { child, address, stdout: () => stdout, exited };
+  return { child, address, stdout: () => stdout, stderr: () => stderr, exited };
 }
 
 describe('npm start (README)', () => {
   let dataDir: string;
   let started: Started;
+  let metricsPort: number;
   beforeAll(async () => {
     dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'playbook-start-'));
-    started = await npmStart(dataDir);
+    metricsPort = await freePort();
+    started = await npmStart(dataDir, { PLAYBOOK_METRICS_PORT: String(metricsPort) });
   }, 120_000);
   afterAll(async () => {
     started?.child.kill('SIGKILL');
@@ -61,12 +75,29 @@ describe('npm start (README)', () => {
     expect(catalogs.headers.get('content-type')).toMatch(/^application\/problem\+json/);
   });
 
+  it('with PLAYBOOK_METRICS_PORT, serves the metrics on that port of loopback, counting from the first request (D25)', async () => {
+    const metrics = `http://127.0.0.1:${metricsPort}/metrics`;
+    expect(started.stderr()).toContain(`Metrics for Prometheus: ${metrics}`);
+    const before = await (await fetch(metrics)).text();
+    expect((await fetch(`${started.address}/healthz`)).status).toBe(200);
+    const after = await (await fetch(metrics)).text();
+    const healthz = (text: string) =>
+      Number(
+        /^playbook_http_requests_total\{operation="\/healthz",method="GET",status="200"\} (\d+)$/m.exec(
+          text,
+        )?.[1] ?? 0,
+      );
+    expect(healthz(after) - healthz(before)).toBe(1);
+    expect((await fetch(`${started.address}/metrics`)).status).toBe(404);
+  });
+
   it('stops on a SIGTERM sent to the npm process: drains, logs it, exits 0 and leaves no server behind', async () => {
     started.child.kill('SIGTERM');
     const { code } = await started.exited;
     expect(code).toBe(0);
-    // The server process itself is gone, not orphaned and still listening.
+    // The server process itself is gone, not orphaned and still listening, and so is its metrics listener.
     await expect(fetch(`${started.address}/healthz`)).rejects.toThrow();
+    await expect(fetch(`http://127.0.0.1:${metricsPort}/metrics`)).rejects.toThrow();
     const messages = started
       .stdout()
       .split('\n')
