@@ -51,8 +51,24 @@ export class NotConfiguredError extends Error {
 }
 
 /** No credential, or one that is malformed, unknown, expired, revoked or of the other environment. */
+/** Why a credential was refused, in one word of a fixed set: a metric's label, never the message. */
+export type RefusalReason =
+  | 'missing'
+  | 'malformed'
+  | 'invalid'
+  | 'expired'
+  | 'revoked'
+  | 'environment'
+  | 'claims';
+
 export class AuthenticationError extends Error {
   override name = 'AuthenticationError';
+  constructor(
+    message: string,
+    readonly reason: RefusalReason,
+  ) {
+    super(message);
+  }
 }
 
 /** A valid credential that lacks the scope, account or plan the operation needs. */

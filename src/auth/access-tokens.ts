@@ -82,7 +82,7 @@ export class AccessTokenVerifier {
   /** Returns the user and accounts, or throws `AuthenticationError` (401) without echoing the token. */
   async verify(token: string): Promise<VerifiedToken> {
     if (token.length > MAX_TOKEN_LENGTH || !COMPACT_JWT.test(token)) {
-      throw new AuthenticationError('the access token is malformed');
+      throw new AuthenticationError('the access token is malformed', 'malformed');
     }
     let payload: JWTPayload;
     try {
@@ -102,11 +102,12 @@ export class AccessTokenVerifier {
     if ((payload.exp as number) - now > this.options.maxTtlS) {
       throw new AuthenticationError(
         `the access token expires more than ${this.options.maxTtlS} seconds from now; this service accepts none that live longer`,
+        'claims',
       );
     }
     const subject = payload.sub;
     if (typeof subject !== 'string' || subject.length === 0 || subject.length > 256) {
-      throw new AuthenticationError('the access token has no usable subject');
+      throw new AuthenticationError('the access token has no usable subject', 'claims');
     }
     return { subject, accounts: this.accountsOf(payload) };
   }
@@ -115,13 +116,17 @@ export class AccessTokenVerifier {
     const claim = payload[this.options.accountsClaim];
     if (claim === undefined) return [];
     if (!Array.isArray(claim) || !claim.every((a): a is string => typeof a === 'string' && a.length > 0)) {
-      throw new AuthenticationError(`the access token's ${this.options.accountsClaim} claim is not a list`);
+      throw new AuthenticationError(
+        `the access token's ${this.options.accountsClaim} claim is not a list`,
+        'claims',
+      );
     }
     return [...new Set(claim)];
   }
 
   private refusal(error: unknown): Error {
-    if (error instanceof errors.JWTExpired) return new AuthenticationError('the access token has expired');
+    if (error instanceof errors.JWTExpired)
+      return new AuthenticationError('the access token has expired', 'expired');
     if (this.remote) {
       // The identity provider's key set could not be fetched or read: our outage, not a bad token.
       const generic = error instanceof errors.JOSEError && error.code === 'ERR_JOSE_GENERIC';
@@ -135,9 +140,10 @@ export class AccessTokenVerifier {
       }
     }
     if (error instanceof errors.JWTClaimValidationFailed) {
-      return new AuthenticationError(`the access token's ${error.claim} claim is not accepted`);
+      return new AuthenticationError(`the access token's ${error.claim} claim is not accepted`, 'claims');
     }
-    if (error instanceof errors.JOSEError) return new AuthenticationError('the access token is not valid');
+    if (error instanceof errors.JOSEError)
+      return new AuthenticationError('the access token is not valid', 'invalid');
     return error instanceof Error ? error : new Error(String(error));
   }
 }

@@ -99,10 +99,10 @@ export class ApiKeyVerifier {
   /** Returns what the key grants, or throws `AuthenticationError` (401) saying why, never echoing it. */
   async verify(presented: string): Promise<VerifiedApiKey> {
     const parsed = parseApiKey(presented);
-    if (!parsed) throw new AuthenticationError('the API key is malformed');
+    if (!parsed) throw new AuthenticationError('the API key is malformed', 'malformed');
     const { environment } = this.options;
     if (parsed.environment !== environment) {
-      throw new AuthenticationError(`this deployment accepts only ${environment} API keys`);
+      throw new AuthenticationError(`this deployment accepts only ${environment} API keys`, 'environment');
     }
     const digest = this.options.hasher.digest(parsed.secret);
     const now = this.now();
@@ -113,7 +113,7 @@ export class ApiKeyVerifier {
       // And the same storage read: an unknown id is always read from storage, so a wrong secret for a
       // cached key is too. Otherwise the time of a refusal would tell which key ids exist.
       if (!fresh.loaded) await this.options.lookup.find(parsed.keyId);
-      throw new AuthenticationError('the API key is not valid');
+      throw new AuthenticationError('the API key is not valid', 'invalid');
     }
     if (fresh.epoch === this.revocationEpoch && fresh.loaded) this.cache.set(entry.keyId, entry);
     const refusal = this.refusalOf(entry, now);
@@ -124,12 +124,12 @@ export class ApiKeyVerifier {
   /** Why a key whose secret matched is refused all the same, if it is. */
   private refusalOf(entry: CachedKey, now: number): AuthenticationError | undefined {
     const { environment } = this.options;
-    if (entry.revoked) return new AuthenticationError('the API key has been revoked');
+    if (entry.revoked) return new AuthenticationError('the API key has been revoked', 'revoked');
     if (entry.expiresAtMs !== null && entry.expiresAtMs <= now) {
-      return new AuthenticationError('the API key has expired');
+      return new AuthenticationError('the API key has expired', 'expired');
     }
     if (entry.environment !== environment) {
-      return new AuthenticationError(`this deployment accepts only ${environment} API keys`);
+      return new AuthenticationError(`this deployment accepts only ${environment} API keys`, 'environment');
     }
     return undefined;
   }

@@ -68,7 +68,7 @@ export function authHook(
         authentications.inc({
           kind: credentialKind(request),
           outcome: 'refused',
-          reason: refusalReason(error.message),
+          reason: error.reason,
         });
         await limiter.recordFailure(request, reply);
       }
@@ -104,15 +104,4 @@ const KIND_OF = { 'api-key': 'api_key', 'access-token': 'access_token' } as cons
 function credentialKind(request: FastifyRequest): 'api_key' | 'access_token' | 'none' {
   if (request.headers['x-api-key'] !== undefined) return 'api_key';
   return request.headers.authorization === undefined ? 'none' : 'access_token';
-}
-
-/** Why a credential was refused, in one word of a fixed set (a label value, never the message). */
-export function refusalReason(message: string): string {
-  if (/required/.test(message)) return 'missing';
-  if (/malformed|must be "Bearer/.test(message)) return 'malformed';
-  if (/expired/.test(message)) return 'expired';
-  if (/revoked/.test(message)) return 'revoked';
-  if (/accepts only/.test(message)) return 'environment';
-  if (/claim|subject/.test(message)) return 'claims';
-  return 'invalid';
 }

@@ -64,16 +64,23 @@ export class CredentialAuthenticator implements Authenticator {
       if (apiKey !== undefined) {
         throw new AuthenticationError(
           'this operation needs a user access token (Authorization: Bearer); API keys are not accepted',
+          'missing',
         );
       }
       if (authorization === undefined) {
-        throw new AuthenticationError('an access token is required: Authorization: Bearer <token>');
+        throw new AuthenticationError(
+          'an access token is required: Authorization: Bearer <token>',
+          'missing',
+        );
       }
       return this.fromToken(request, authorization);
     }
     if (apiKey !== undefined) return this.fromApiKey(request, apiKey);
     if (authorization !== undefined) return this.fromToken(request, authorization);
-    throw new AuthenticationError('a credential is required: x-api-key, or Authorization: Bearer <token>');
+    throw new AuthenticationError(
+      'a credential is required: x-api-key, or Authorization: Bearer <token>',
+      'missing',
+    );
   }
 
   /**
@@ -104,12 +111,13 @@ export class CredentialAuthenticator implements Authenticator {
   private async fromToken(request: FastifyRequest, authorization: string): Promise<Principal> {
     const token = BEARER.exec(authorization.trim())?.[1];
     if (token === undefined) {
-      throw new AuthenticationError('the Authorization header must be "Bearer <access token>"');
+      throw new AuthenticationError('the Authorization header must be "Bearer <access token>"', 'malformed');
     }
     // An API key sent as a bearer token is a common slip: say where it goes, never echo it.
     if (token.startsWith('svc_sk_')) {
       throw new AuthenticationError(
         'the access token is malformed: this looks like an API key, which goes in the x-api-key header, not Authorization: Bearer',
+        'malformed',
       );
     }
     const { subject, accounts } = await this.tokens.verify(token);

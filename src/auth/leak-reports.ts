@@ -46,17 +46,19 @@ export class LeakReportSignatures {
     if (!identifier || !signature) {
       throw new AuthenticationError(
         `a leak report must be signed: ${KEY_IDENTIFIER_HEADER} and ${SIGNATURE_HEADER} are required`,
+        'missing',
       );
     }
     const key = await this.keyFor(identifier);
-    if (!key) throw new AuthenticationError('the leak report is signed with a key that is not listed');
+    if (!key)
+      throw new AuthenticationError('the leak report is signed with a key that is not listed', 'invalid');
     let valid = false;
     try {
       valid = verify('sha256', body, { key, dsaEncoding: 'der' }, Buffer.from(signature, 'base64'));
     } catch {
       // A signature that is not DER at all is as invalid as a wrong one.
     }
-    if (!valid) throw new AuthenticationError('the leak report signature does not verify');
+    if (!valid) throw new AuthenticationError('the leak report signature does not verify', 'invalid');
   }
 
   private async keyFor(identifier: string): Promise<KeyObject | undefined> {

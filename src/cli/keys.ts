@@ -4,6 +4,7 @@ import type { Command } from 'commander';
 import { findApiKeys } from '../auth/key-format.js';
 import type { ApiKey } from '../schemas/identity.js';
 import { ACCOUNT_ID_PATTERN, KEY_ID_PATTERN } from '../schemas/identity.js';
+import { byText } from '../text-order.js';
 import { type CliContext, CommandError } from './context.js';
 import { printable } from './printable.js';
 
@@ -131,7 +132,7 @@ async function* filesUnder(start: string, isDirectory: boolean): AsyncGenerator<
     return;
   }
   const entries = await fs.readdir(start, { withFileTypes: true });
-  entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  entries.sort(byText((entry) => entry.name));
   for (const entry of entries) {
     const child = path.join(start, entry.name);
     if (entry.isDirectory() && !SKIPPED.has(entry.name)) yield* filesUnder(child, true);

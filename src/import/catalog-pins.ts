@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from '../content/hash.js';
 import type { ResourcePin } from '../schemas/playbook.js';
+import { byText } from '../text-order.js';
 
 /** What a published Catalog version pins of one of its Resources. */
 export interface PinSource {
@@ -28,7 +29,7 @@ export class CatalogPins implements Iterable<ResourcePin> {
     private readonly catalogSlug: string,
     sources: readonly PinSource[],
   ) {
-    this.sorted = [...sources].sort((a, b) => (a.slug < b.slug ? -1 : a.slug > b.slug ? 1 : 0));
+    this.sorted = [...sources].sort(byText((source) => source.slug));
   }
 
   get count(): number {

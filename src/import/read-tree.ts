@@ -5,6 +5,7 @@ import { crc32 } from 'node:zlib';
 import { canonicalJson, sha256Hex, utf8Size } from '../content/hash.js';
 import type { Facets, LifecycleStatus } from '../schemas/common.js';
 import { MAX_CATALOG_RESOURCES, type ResourceKind, type StorageBackend } from '../schemas/playbook.js';
+import { byText } from '../text-order.js';
 import { mapWithLimit, progressCounter } from './batches.js';
 import { readContentFile, tooLarge } from './content-file.js';
 import { catalogFileChecker, type ResourceFile, resourceFileChecker, slugChecker } from './file-schemas.js';
@@ -499,9 +500,9 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** Byte order of names, not the locale's, so that listings and messages come out alike everywhere. */
+/** Names in code-unit order, not the locale's, so that listings and messages come out alike everywhere. */
 function sortByName(entries: Dirent[]): Dirent[] {
-  return [...entries].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return [...entries].sort(byText((entry) => entry.name));
 }
 
 function errorCode(error: unknown): string {

@@ -38,6 +38,7 @@ import type {
   PutCatalogBody,
   PutResourceBody,
 } from '../schemas/publish.js';
+import { byText } from '../text-order.js';
 
 /** Who writes, and the preconditions their request carries (D23). */
 export interface WriteContext {
@@ -166,7 +167,7 @@ export class PublishService {
       return new BodyResource(spec.slug, at, spec);
     });
     if (problems.length > 0) throw new InputError(problems);
-    resources.sort((a, b) => (a.slug < b.slug ? -1 : a.slug > b.slug ? 1 : 0));
+    resources.sort(byText((resource) => resource.slug));
     const catalog: TreeCatalog = {
       slug,
       file: '(body)',
@@ -267,9 +268,7 @@ export class PublishService {
         const state = await this.catalogState(accountId, catalogSlug, trx);
         checkPreconditions(context, state);
         const sources: PinSource[] = [];
-        for (const [slug, resource] of [...state.resources].sort(([a], [b]) =>
-          a < b ? -1 : a > b ? 1 : 0,
-        )) {
+        for (const [slug, resource] of [...state.resources].sort(byText(([slug]) => slug))) {
           const version = resource.currentVersion;
           if (resource.row.status !== 'active' || !version) continue;
           sources.push({

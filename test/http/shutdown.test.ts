@@ -9,7 +9,7 @@ import { unlimited } from '../helpers/app.js';
 
 const refuseAll: Authenticator = {
   authenticate: async () => {
-    throw new AuthenticationError('no credential');
+    throw new AuthenticationError('no credential', 'missing');
   },
 };
 
