@@ -36,6 +36,16 @@ export function recordingMetrics(): boolean {
   return recording;
 }
 
+/**
+ * A bound series' labels are checked once, when it is bound, as prom-client checks them on every
+ * call: a wrong one would otherwise fail every scrape from then on.
+ */
+function checkLabels(labelNames: readonly string[], labels: object): void {
+  for (const name of Object.keys(labels)) {
+    if (!labelNames.includes(name)) throw new Error(`no label "${name}" on this metric`);
+  }
+}
+
 /** One series of a `BoundCounter`: counts in a number, handed to prom-client when it collects. */
 export class CountedSeries<T extends string> {
   pending = 0;
@@ -52,6 +62,7 @@ export class CountedSeries<T extends string> {
  */
 export class BoundCounter<T extends string> extends Counter<T> {
   private readonly series: CountedSeries<T>[] = [];
+  private readonly labelNames: readonly string[];
 
   constructor(configuration: Omit<CounterConfiguration<T>, 'collect'>) {
     super({
@@ -60,12 +71,20 @@ export class BoundCounter<T extends string> extends Counter<T> {
         (this as BoundCounter<T>).handOver();
       },
     });
+    this.labelNames = configuration.labelNames ?? [];
   }
 
   bind(labels: LabelValues<T>): CountedSeries<T> {
+    checkLabels(this.labelNames, labels);
     const series = new CountedSeries(labels);
     this.series.push(series);
     return series;
+  }
+
+  override reset(): void {
+    super.reset();
+    // prom-client's constructor resets too, before this class's fields exist.
+    for (const series of (this.series as CountedSeries<T>[] | undefined) ?? []) series.pending = 0;
   }
 
   private handOver(): void {
@@ -127,14 +146,17 @@ export class BoundHistogram<T extends string> extends Histogram<T> {
   private readonly series: ObservedSeries<T>[] = [];
   private readonly bounds: readonly number[];
   private readonly metricName: string;
+  private readonly labelNames: readonly string[];
 
   constructor(configuration: HistogramConfiguration<T> & { buckets: readonly number[] }) {
     super({ ...configuration, buckets: [...configuration.buckets] });
     this.bounds = [...configuration.buckets].sort((a, b) => a - b);
     this.metricName = configuration.name;
+    this.labelNames = configuration.labelNames ?? [];
   }
 
   bind(labels: LabelValues<T>): ObservedSeries<T> {
+    checkLabels(this.labelNames, labels);
     const series = new ObservedSeries(labels, this.bounds);
     this.series.push(series);
     return series;

@@ -84,11 +84,24 @@ describe('bound metrics (D25)', () => {
     }
   });
 
-  it('forgets the bound series on reset, as prom-client does its own', async () => {
-    const { ours, boundHistogram } = pair();
+  it('forgets the bound series on reset, as prom-client does its own, counted or not yet handed over', async () => {
+    const { ours, boundCounter, boundHistogram } = pair();
+    const count = boundCounter.bind({ operation: 'a', status: '200' });
+    count.inc();
     boundHistogram.bind({ operation: 'a', status: '200' }).observe(0.5);
     expect(await ours.metrics()).toMatch(/^h_seconds_count\{operation="a",status="200"\} 1$/m);
+    expect(await ours.metrics()).toMatch(/^c_total\{operation="a",status="200"\} 1$/m);
+    count.inc(); // not scraped yet when the reset comes
     ours.resetMetrics();
-    expect(await ours.metrics()).not.toMatch(/^h_seconds_count/m);
+    const text = await ours.metrics();
+    expect(text).not.toMatch(/^h_seconds_count/m);
+    expect(text).not.toMatch(/^c_total\{/m);
+  });
+
+  it('refuses a label the metric does not have when the series is bound, not at every scrape', () => {
+    const { boundCounter, boundHistogram } = pair();
+    const wrong = { operation: 'a', stauts: '200' } as unknown as { operation: string; status: string };
+    expect(() => boundCounter.bind(wrong)).toThrow('no label "stauts"');
+    expect(() => boundHistogram.bind(wrong)).toThrow('no label "stauts"');
   });
 });
