@@ -32,8 +32,9 @@ declare module 'fastify' {
 /**
  * Each route states its needs in one line of `config`; this hook, bound to each route that states
  * them when the route is added, enforces them before validation, in this order: authentication, the
- * per-credential rate limit (so a 403 counts and carries the headers too), then the scope. Routes that take no credential (health, readiness, the OpenAPI document, the
- * docs, unknown paths) are neither authenticated nor counted (D10).
+ * per-credential rate limit (so a 403 counts and carries the headers too), then the scope. Routes
+ * that take no credential (health, readiness, the OpenAPI document, the docs, unknown paths) are
+ * neither authenticated nor counted (D10).
  *
  * A refused credential counts against its address (D10): past the address's budget, it is answered 429
  * rather than 401. The failure limit only ever refuses failures, so a valid credential sent from the
