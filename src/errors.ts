@@ -50,7 +50,6 @@ export class NotConfiguredError extends Error {
   override name = 'NotConfiguredError';
 }
 
-/** No credential, or one that is malformed, unknown, expired, revoked or of the other environment. */
 /** Why a credential was refused, in one word of a fixed set: a metric's label, never the message. */
 export type RefusalReason =
   | 'missing'
@@ -61,6 +60,7 @@ export type RefusalReason =
   | 'environment'
   | 'claims';
 
+/** No credential, or one that is malformed, unknown, expired, revoked or of the other environment. */
 export class AuthenticationError extends Error {
   override name = 'AuthenticationError';
   constructor(

@@ -85,7 +85,7 @@ export function createServices(
   if (redis) readiness.push({ name: 'redis', optional: true, check: () => redis.check() });
   const answers = new AnswerCache(config.answerCacheBytes);
   generation.onChange(() => answers.clear());
-  const unobserve = observeAnswerCacheSize(() => answers.bytes);
+  const unobserve = observeAnswerCacheSize(() => answers.stats.bytes);
   const playbook = new PlaybookService(databases.reader, content, answers);
   const identity = createIdentity(config, databases.primary, logger, {
     ...options.identity,

@@ -19,6 +19,10 @@ export interface AnswerCacheStats {
   readonly misses: number;
 }
 
+/** The lookups' series of the metrics (D25), bound once. */
+const HIT = answerCacheLookups.bind({ result: 'hit' });
+const MISS = answerCacheLookups.bind({ result: 'miss' });
+
 /**
  * Answers of the read operations, by a key that names everything that decides their bytes: the
  * operation, its parameters, and whose view it is (see `audienceOf` in visibility.ts). Bounded by a
@@ -30,9 +34,6 @@ export interface AnswerCacheStats {
  * reads that began before a `clear()` is never kept: `ticket()` is taken before reading, and `set`
  * refuses a ticket from before the latest clear.
  */
-const HIT = answerCacheLookups.bind({ result: 'hit' });
-const MISS = answerCacheLookups.bind({ result: 'miss' });
-
 export class AnswerCache {
   private readonly entries: LRUCache<string, Entry> | undefined;
   /** The positions of lists of Resources (see `ListPositions`): small, and kept whatever the budget. */
@@ -63,11 +64,6 @@ export class AnswerCache {
       HIT.inc();
     }
     return answer;
-  }
-
-  /** Bytes held, by the budget's own measure. */
-  get bytes(): number {
-    return this.entries?.calculatedSize ?? 0;
   }
 
   /** Taken before reading what an answer is made of, and handed to `set` with the answer. */

@@ -1,6 +1,7 @@
 import { type DataGeneration, readDataGeneration } from '../catalog/data-generation.js';
 import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';
+import { ConflictError, PreconditionFailedError } from '../errors.js';
 import { catalogWriteDuration, catalogWrites, secondsSince } from '../observability/metrics.js';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import { ImportValidationError } from './import-error.js';
@@ -137,8 +138,9 @@ export async function countedWrite<T>(
 
 /** How a write that threw ended, for the metrics: refused (the caller's to fix) or failed. */
 function writeOutcome(error: unknown): 'refused' | 'failed' {
-  const name = (error as Error | null)?.name;
-  return name === 'ImportValidationError' || name === 'PreconditionFailedError' || name === 'ConflictError'
+  return error instanceof ImportValidationError ||
+    error instanceof PreconditionFailedError ||
+    error instanceof ConflictError
     ? 'refused'
     : 'failed';
 }

@@ -93,7 +93,8 @@ export async function traceRequests(app: FastifyInstance, traced: Tracing): Prom
     const route = request.routeOptions;
     const parent: Context = api.propagation.extract(api.ROOT_CONTEXT, request.headers);
     const span = traced.tracer.startSpan(
-      route.schema?.operationId ?? route.url ?? 'unmatched',
+      // The name app.ts gives every route when it is added, as the access line and the metrics do.
+      route.config.operation ?? 'unmatched',
       {
         kind: api.SpanKind.SERVER,
         attributes: {
