@@ -1,6 +1,6 @@
 import { v7 } from 'uuid';
+import { type KeyEvent, type KeyManager, mayActFor } from '../auth/api-key-service.js';
 import type { AuditEventRow, Db } from '../db/tables.js';
-import { ForbiddenError } from '../errors.js';
 import { type PageRequest, type PageWindow, readPage } from '../paging.js';
 import type { AuditEvent, AuditEventPage } from '../schemas/audit.js';
 
@@ -87,13 +87,11 @@ export class AuditLog {
   constructor(private readonly db: Db) {}
 
   async listFor(
-    user: { readonly accounts: readonly string[] },
+    user: Pick<KeyManager, 'accounts'>,
     accountId: string,
     request: PageRequest = {},
   ): Promise<AuditEventPage> {
-    if (!user.accounts.includes(accountId)) {
-      throw new ForbiddenError('the access token does not let this user act for that account');
-    }
+    mayActFor(user, accountId);
     const { rows, meta } = await readPage(
       request,
       () => countAuditEvents(this.db, accountId),
@@ -103,18 +101,7 @@ export class AuditLog {
   }
 
   /** Appends a key event (D22) once it has committed. */
-  async recordKeyEvent(event: {
-    readonly type: 'created' | 'rolled' | 'revoked' | 'leak-revoked';
-    readonly at: string;
-    readonly keyId: string;
-    readonly accountId: string;
-    readonly actor:
-      | { readonly type: 'user'; readonly id: string }
-      | { readonly type: 'operator' }
-      | { readonly type: 'leak-report'; readonly url?: string };
-    readonly replacedBy?: string;
-    readonly requestId?: string;
-  }): Promise<void> {
+  async recordKeyEvent(event: KeyEvent): Promise<void> {
     const actor: AuditActor =
       event.actor.type === 'leak-report'
         ? { type: 'leak-report', ...(event.actor.url === undefined ? {} : { id: event.actor.url }) }

@@ -257,7 +257,7 @@ export class ApiKeyService {
     await this.options.revocations.publish(keyId);
     if (revoked) {
       const type = actor.type === 'leak-report' ? 'leak-revoked' : 'revoked';
-      await this.emit({ type, keyId, accountId: row.account_id, actor, ...(requestId ? { requestId } : {}) });
+      await this.emit({ type, keyId, accountId: row.account_id, actor, ...requestOf({ requestId }) });
     }
     return revoked ? 'revoked' : 'already-revoked';
   }
@@ -283,15 +283,16 @@ export class ApiKeyService {
   }
 }
 
-function requestOf(user: KeyManager): { requestId?: string } {
-  return user.requestId === undefined ? {} : { requestId: user.requestId };
+function requestOf(source: { readonly requestId?: string | undefined }): { requestId?: string } {
+  return source.requestId === undefined ? {} : { requestId: source.requestId };
 }
 
 function byUser(user: KeyManager): KeyActor {
   return { type: 'user', id: user.subject };
 }
 
-function mayActFor(user: KeyManager, accountId: string): void {
+/** A 403 unless the user's access token names `accountId` among the accounts it may act for. */
+export function mayActFor(user: Pick<KeyManager, 'accounts'>, accountId: string): void {
   if (!user.accounts.includes(accountId)) {
     throw new ForbiddenError('the access token does not let this user act for that account');
   }

@@ -33,17 +33,13 @@ export function registerPublishCommand(program: Command, context: CliContext): v
       if (!apiKey)
         command.error('error: PLAYBOOK_API_KEY must hold an API key with the playbook:write scope');
       if (!/^https?:\/\//.test(options.url)) command.error(`error: --url must be an http(s) URL`);
-      let invalidKey = false;
-      const playbook = (() => {
-        try {
-          return new Playbook({ apiKey, baseUrl: options.url });
-        } catch {
-          invalidKey = true;
-          return undefined;
-        }
-      })();
-      // Checked offline before anything is read or sent; the key is never printed.
-      if (invalidKey || !playbook) command.error('error: PLAYBOOK_API_KEY is not a valid API key');
+      let playbook: Playbook;
+      try {
+        playbook = new Playbook({ apiKey, baseUrl: options.url });
+      } catch {
+        // Checked offline before anything is read or sent; the key is never printed.
+        command.error('error: PLAYBOOK_API_KEY is not a valid API key');
+      }
       const absolute = path.resolve(catalogDir);
       const slug = path.basename(absolute);
       const reading = await readImportTree(path.dirname(absolute), undefined, {
@@ -84,7 +80,7 @@ export function registerPublishCommand(program: Command, context: CliContext): v
       };
 
       try {
-        const { data } = await playbook!.catalogs.put(slug, input, { dryRun: options.dryRun === true });
+        const { data } = await playbook.catalogs.put(slug, input, { dryRun: options.dryRun === true });
         for (const line of data.lines) context.stdout.write(`${line}\n`);
         const { created, updated, superseded, archived, unchanged } = data.changes;
         context.stdout.write(

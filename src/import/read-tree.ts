@@ -15,6 +15,11 @@ import { schemaProblems, slugRule } from './schema-problems.js';
 /** Content up to this many UTF-8 bytes defaults to `database-text`; anything larger to `object-storage` (D15). */
 export const DATABASE_TEXT_MAX_BYTES = 65_536;
 
+/** Where content of `sizeBytes` is stored when its file or body does not say (D15). */
+export function defaultStorageBackend(sizeBytes: number): StorageBackend {
+  return sizeBytes <= DATABASE_TEXT_MAX_BYTES ? 'database-text' : 'object-storage';
+}
+
 /** Files read at once: enough to keep the disk busy, few enough to stay far from descriptor limits. */
 const READ_CONCURRENCY = 32;
 
@@ -444,8 +449,7 @@ async function readResourceFile(
       spec.description,
       spec.facets === undefined ? undefined : interned.of(JSON.stringify(spec.facets)),
       manifestDigestOf(body.manifest),
-      spec.storageBackend ??
-        (contentSizeBytes <= DATABASE_TEXT_MAX_BYTES ? 'database-text' : 'object-storage'),
+      spec.storageBackend ?? defaultStorageBackend(contentSizeBytes),
       sha256Hex(body.content),
       contentSizeBytes,
       fileCrc,

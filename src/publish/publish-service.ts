@@ -23,7 +23,7 @@ import { type ApplyOptions, applyTree, countedWrite, type ImportDeps } from '../
 import type { CatalogState, NamespaceState } from '../import/namespace-state.js';
 import { loadNamespaceState } from '../import/namespace-state.js';
 import {
-  DATABASE_TEXT_MAX_BYTES,
+  defaultStorageBackend,
   manifestDigestOf,
   type ResourceBody,
   type ResourceSource,
@@ -101,9 +101,7 @@ class BodyResource implements TreeResource, ResourceSource {
     this.manifestDigest = manifestDigestOf(this.body.manifest);
     this.contentSizeBytes = utf8Size(spec.content);
     this.contentHash = sha256Hex(spec.content);
-    this.storageBackend =
-      spec.storageBackend ??
-      (this.contentSizeBytes <= DATABASE_TEXT_MAX_BYTES ? 'database-text' : 'object-storage');
+    this.storageBackend = spec.storageBackend ?? defaultStorageBackend(this.contentSizeBytes);
   }
 
   get source(): ResourceSource {
@@ -268,7 +266,8 @@ export class PublishService {
         const state = await this.catalogState(accountId, catalogSlug, trx);
         checkPreconditions(context, state);
         const sources: PinSource[] = [];
-        for (const [slug, resource] of [...state.resources].sort(byText(([slug]) => slug))) {
+        // CatalogPins puts the pins in slug order itself.
+        for (const [slug, resource] of state.resources) {
           const version = resource.currentVersion;
           if (resource.row.status !== 'active' || !version) continue;
           sources.push({
@@ -281,12 +280,15 @@ export class PublishService {
         }
         const pins = new CatalogPins('org', catalogSlug, sources);
         const manifestHash = manifestHashOf(pins);
-        const same = await trx
-          .selectFrom('catalog_versions')
-          .select(['manifest_hash'])
-          .where('catalog_id', '=', state.row.id)
-          .where('version', '=', label)
-          .executeTakeFirst();
+        // The state read above holds every label of the Catalog: only a used one is looked up.
+        const same = state.labels.has(label)
+          ? await trx
+              .selectFrom('catalog_versions')
+              .select(['manifest_hash'])
+              .where('catalog_id', '=', state.row.id)
+              .where('version', '=', label)
+              .executeTakeFirst()
+          : undefined;
         if (same) {
           if (same.manifest_hash === manifestHash) return;
           throw new ConflictError(

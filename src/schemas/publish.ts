@@ -82,13 +82,7 @@ export const CatalogWriteParams = Type.Object({
   }),
   catalogSlug: Slug,
 });
-export const ResourceWriteParams = Type.Object({
-  owner: StringEnum(['svc', 'org'] as const, {
-    description: 'org: your account; svc is written by operators',
-  }),
-  catalogSlug: Slug,
-  resourceSlug: Slug,
-});
+export const ResourceWriteParams = Type.Object({ ...CatalogWriteParams.properties, resourceSlug: Slug });
 
 export const PublishChanges = Type.Object({
   created: Counter,
