@@ -43,10 +43,17 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** Starts the service as `npm start` does (`playbook serve`), on `port`, pinned to core 0. */
+/** The flags `npm start` gives node (package.json), so that the benchmarks run the service as it ships. */
+const START_FLAGS = (
+  JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }
+).scripts.start
+  .split(/\s+/)
+  .filter((word) => word.startsWith('--'));
+
+/** Starts the service as `npm start` does (`playbook serve`, node's flags included), on `port`, pinned to core 0. */
 export function startService(port: number, env: NodeJS.ProcessEnv): ChildProcess {
   const [command, args] = pinned(0, process.execPath, [
-    '--enable-source-maps',
+    ...START_FLAGS,
     CLI,
     'serve',
     '--port',
