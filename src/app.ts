@@ -24,6 +24,7 @@ import { jsonBodyParser } from './http/json-body.js';
 import { openapiOptions } from './http/openapi.js';
 import { answerUnmetExpectation, handleClientError, handleError, writeRawProblem } from './http/problem.js';
 import { queryHooks } from './http/query.js';
+import { lazyRequestLogger } from './http/request-logger.js';
 import { type Tracing, traceRequests } from './observability/tracing.js';
 import type { PublishService } from './publish/publish-service.js';
 import { identityRoutes } from './routes/identity.js';
@@ -146,6 +147,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     genReqId: requestIdOf,
     // One access line per request instead of Fastify's two (D25): see http/access-log.ts.
     logController: new LogController({ disableRequestLogging: true }),
+    childLoggerFactory: lazyRequestLogger,
     bodyLimit: 64 * 1024,
     // Requests that arrive while the server drains are refused by the hook below with a problem
     // document, rather than Fastify's bare 503.

@@ -3,7 +3,7 @@ import type { Broadcast } from '../broadcast.js';
 import { AuthenticationError } from '../errors.js';
 import type { Environment, Scope } from '../schemas/identity.js';
 import type { ApiKeyWithPlan } from './api-key-repository.js';
-import { parseApiKey } from './key-format.js';
+import { apiKeyParts, parseApiKey } from './key-format.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 
@@ -86,7 +86,9 @@ export class ApiKeyVerifier {
    * key that is cached and one that is not cost the same here too.
    */
   verifyFromMemory(presented: string): VerifiedApiKey | undefined {
-    const parsed = parseApiKey(presented);
+    // The checksum is left to `verify`: a secret whose digest matches a stored one is the issued
+    // key's, checksum and all.
+    const parsed = apiKeyParts(presented);
     if (!parsed || parsed.environment !== this.options.environment) return undefined;
     const digest = this.options.hasher.digest(parsed.secret);
     const now = this.now();

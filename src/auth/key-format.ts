@@ -68,10 +68,10 @@ export function generateApiKey(environment: Environment): { key: string } & Pars
 }
 
 /**
- * Reads a presented key, or returns null when it is malformed or its checksum fails. Pure: no
- * storage, no secret-dependent timing worth protecting (the checksum is not secret).
+ * The parts of a well-formed key, its checksum not checked: enough to look its id up and compare its
+ * secret's digest with one stored, which only the issued key (whose checksum holds) can match.
  */
-export function parseApiKey(text: string): ParsedApiKey | null {
+export function apiKeyParts(text: string): (ParsedApiKey & { readonly checksum: string }) | null {
   if (text.length > MAX_KEY_LENGTH) return null;
   const match = KEY_PATTERN.exec(text);
   if (!match) return null;
@@ -82,8 +82,18 @@ export function parseApiKey(text: string): ParsedApiKey | null {
     string,
     string,
   ];
-  if (checksum(text.slice(0, text.length - CHECKSUM_LENGTH)) !== sum) return null;
-  return { environment, keyId, secret: random + sum };
+  return { environment, keyId, secret: random + sum, checksum: sum };
+}
+
+/**
+ * Reads a presented key, or returns null when it is malformed or its checksum fails. Pure: no
+ * storage, no secret-dependent timing worth protecting (the checksum is not secret).
+ */
+export function parseApiKey(text: string): ParsedApiKey | null {
+  const parts = apiKeyParts(text);
+  if (!parts || checksum(text.slice(0, text.length - CHECKSUM_LENGTH)) !== parts.checksum) return null;
+  const { environment, keyId, secret } = parts;
+  return { environment, keyId, secret };
 }
 
 /** Where a key-shaped string sits in a text, and whether it is a real key (its checksum holds). */

@@ -35,10 +35,13 @@ export class MemoryRateCounter implements RateCounter {
 
   increment(key: string, windowMs: number): WindowCount {
     const now = this.now();
-    const current = this.windows.get(key);
-    const window = current && now - current.startedAt < windowMs ? current : { count: 0, startedAt: now };
+    // `get` already makes the key the most recently used: a running window is counted in place.
+    let window = this.windows.get(key);
+    if (!window || now - window.startedAt >= windowMs) {
+      window = { count: 0, startedAt: now };
+      this.windows.set(key, window);
+    }
     window.count++;
-    this.windows.set(key, window);
     return { count: window.count, resetInMs: window.startedAt + windowMs - now };
   }
 }

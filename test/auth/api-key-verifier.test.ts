@@ -194,6 +194,10 @@ describe('API key verification', () => {
       const wrongSecret = composeApiKey('test', parseApiKey(key)!.keyId, generateApiKey('test').secret);
       expect(identity.verifier.verifyFromMemory(wrongSecret)).toBeUndefined();
       expect(identity.verifier.verifyFromMemory(`${key}0`)).toBeUndefined();
+      // Its checksum is not checked here, but a changed checksum changes the secret's digest.
+      const badChecksum = key.slice(0, -1) + (key.at(-1) === 'x' ? 'y' : 'x');
+      expect(identity.verifier.verifyFromMemory(badChecksum)).toBeUndefined();
+      expect(await refusal(identity.verifier.verify(badChecksum))).toBe('the API key is malformed');
       expect(identity.verifier.verifyFromMemory(generateApiKey('live').key)).toBeUndefined();
       clock += 1000; // the revalidation interval: storage must be read again
       expect(identity.verifier.verifyFromMemory(key)).toBeUndefined();
