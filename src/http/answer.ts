@@ -1,9 +1,11 @@
 import { createHash } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import { promisify } from 'node:util';
 import zlib from 'node:zlib';
 import { Negotiator } from '@fastify/accept-negotiator';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { LRUCache } from 'lru-cache';
+import pLimit from 'p-limit';
 
 /**
  * The one read path's answers and the one function that sends them (D11, D19). Every successful read
@@ -18,7 +20,7 @@ export type Encoding = 'br' | 'gzip';
 export const MIN_COMPRESSED_BYTES = 1024;
 /**
  * Compressed on the request's own thread up to this size: about 3 ms of brotli at the quality below.
- * Larger bodies go to libuv's pool (see `inCompressionLane`).
+ * Larger bodies go to libuv's pool, a few at a time (`POOL_COMPRESSIONS`).
  */
 const SYNC_COMPRESSION_MAX_BYTES = 256 * 1024;
 /** A middle quality: compression happens once per answer kept, but on the request's time. */
@@ -39,28 +41,13 @@ const brotliAsync = promisify(zlib.brotliCompress);
 const gzipAsync = promisify(zlib.gzip);
 
 /**
- * Runs the tasks it is given one after another, each once the one before has settled, whatever its
- * outcome.
+ * How many compressions run on libuv's pool at once: one per core the request thread leaves free, and
+ * no more than the pool's four threads. An encoder holds megabytes of native memory from the moment it
+ * is made, before its turn on the pool comes: fifty requests for fifty large answers not yet
+ * compressed, each made at once, held fifty encoders and a hundred megabytes.
  */
-export function oneAtATime(): <T>(task: () => Promise<T>) => Promise<T> {
-  let last: Promise<unknown> = Promise.resolve();
-  return (task) => {
-    const run = last.then(task, task);
-    last = run.then(
-      () => undefined,
-      () => undefined,
-    );
-    return run;
-  };
-}
-
-/**
- * Compressions on libuv's pool, one at a time. An encoder holds megabytes of native memory from the
- * moment it is made, before its turn on the pool comes: fifty requests for fifty large answers not
- * yet compressed once held fifty encoders and a hundred megabytes. Each answer is compressed once,
- * so the wait is paid once.
- */
-const inCompressionLane = oneAtATime();
+export const POOL_COMPRESSIONS = Math.min(4, Math.max(1, availableParallelism() - 1));
+const onPool = pLimit(POOL_COMPRESSIONS);
 
 function compress(encoding: Encoding, body: Buffer): Buffer | Promise<Buffer> {
   if (body.length <= SYNC_COMPRESSION_MAX_BYTES) {
@@ -68,9 +55,7 @@ function compress(encoding: Encoding, body: Buffer): Buffer | Promise<Buffer> {
       ? zlib.brotliCompressSync(body, brotliOptions(body.length))
       : zlib.gzipSync(body);
   }
-  return inCompressionLane(() =>
-    encoding === 'br' ? brotliAsync(body, brotliOptions(body.length)) : gzipAsync(body),
-  );
+  return onPool(() => (encoding === 'br' ? brotliAsync(body, brotliOptions(body.length)) : gzipAsync(body)));
 }
 
 /** The strong validator of `body`'s identity form: the first 192 bits of its SHA-256, base64url. */
