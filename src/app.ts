@@ -147,7 +147,8 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     genReqId: requestIdOf,
     // One access line per request instead of Fastify's two (D25): see http/access-log.ts.
     logController: new LogController({ disableRequestLogging: true }),
-    childLoggerFactory: lazyRequestLogger,
+    // Without a logger, Fastify hands every request the null logger itself, and nothing is to be saved.
+    ...(loggerOption === false ? {} : { childLoggerFactory: lazyRequestLogger }),
     bodyLimit: 64 * 1024,
     // Requests that arrive while the server drains are refused by the hook below with a problem
     // document, rather than Fastify's bare 503.

@@ -52,7 +52,9 @@ export interface ApiKeyVerifierOptions {
 /**
  * Verifies presented API keys (D8).
  *
- * - A malformed key or a bad checksum is refused before any hashing or storage access.
+ * - `verify` refuses a malformed key or a bad checksum before any hashing or storage access. The
+ *   memory path hashes any well-formed key and never reads storage; it can admit only a key whose
+ *   digest is stored, and only keys this service minted (`generateApiKey`) have their digests stored.
  * - The secret is always hashed, and the digest compared in constant time, against the stored digest
  *   or, for an unknown key id, against a dummy of the same length; either refusal then reads storage
  *   once. An unknown id costs the work of a wrong secret, so that timing tells no key id's existence.

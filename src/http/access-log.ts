@@ -67,7 +67,8 @@ export function loggableUrl(url: string): string {
  *
  * Written through the application's logger with the request id as a field, as the request's own
  * logger would write it: that logger is then never made for a request that logs nothing else (see
- * request-logger.ts).
+ * request-logger.ts). So a route's own `logLevel` or `logSerializers` would not apply to this line;
+ * no route sets them.
  */
 export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
   const length = reply.getHeader('content-length');

@@ -11,7 +11,7 @@ type Log = (...args: unknown[]) => void;
  * a read answered from memory, for a logger that most requests never use. Their one line, the access
  * line, is written through the parent and names the request id itself (see access-log.ts).
  */
-class RequestLogger {
+class RequestLogger implements FastifyBaseLogger {
   private made: FastifyBaseLogger | undefined;
 
   constructor(
@@ -72,5 +72,5 @@ export function lazyRequestLogger(
   bindings: Bindings,
   options: ChildOptions,
 ): FastifyBaseLogger {
-  return new RequestLogger(logger, bindings, options) as unknown as FastifyBaseLogger;
+  return new RequestLogger(logger, bindings, options);
 }
