@@ -44,21 +44,21 @@ export async function freePort(): Promise<number> {
 }
 
 /** The flags `npm start` gives node (package.json), so that the benchmarks run the service as it ships. */
-const START_FLAGS = (
-  JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }
-).scripts.start
-  .split(/\s+/)
-  .filter((word) => word.startsWith('--'));
+function startFlags(): string[] {
+  const { scripts } = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+    scripts: { start: string };
+  };
+  const words = scripts.start.split(/\s+/);
+  const node = words.indexOf('node');
+  // The words between `node` and the script it runs.
+  const script = words.findIndex((word, i) => i > node && !word.startsWith('--'));
+  return words.slice(node + 1, script);
+}
+const START_FLAGS = startFlags();
 
 /** Starts the service as `npm start` does (`playbook serve`, node's flags included), on `port`, pinned to core 0. */
 export function startService(port: number, env: NodeJS.ProcessEnv): ChildProcess {
-  const [command, args] = pinned(0, process.execPath, [
-    ...START_FLAGS,
-    CLI,
-    'serve',
-    '--port',
-    String(port),
-  ]);
+  const [command, args] = pinned(0, process.execPath, [...START_FLAGS, CLI, 'serve', '--port', String(port)]);
   // The access log goes where a deployment's would: written in full, read by nobody here.
   return spawn(command, args, { env, stdio: ['ignore', 'ignore', 'inherit'] });
 }
