@@ -257,17 +257,17 @@ async function main(): Promise<number> {
       wrk(url, { ...load, seconds: WARMUP_S });
       wrk(floorUrl, { ...floorLoad, seconds: WARMUP_S });
       const rounds: { ours: LoadResult; theirs: LoadResult }[] = [];
+      const loadService = () => wrk(url, { ...load, seconds: DURATION_S });
+      const loadFloor = () => wrk(floorUrl, { ...floorLoad, seconds: DURATION_S });
       for (let round = 0; round < ROUNDS; round++) {
         // Of two identical services, the one loaded second in a round served 5-14 % more: the order
         // alternates, so that neither side has it every time.
-        const ours = () => wrk(url, { ...load, seconds: DURATION_S });
-        const theirs = () => wrk(floorUrl, { ...floorLoad, seconds: DURATION_S });
         if (round % 2 === 0) {
-          const first = ours();
-          rounds.push({ ours: first, theirs: theirs() });
+          const first = loadService();
+          rounds.push({ ours: first, theirs: loadFloor() });
         } else {
-          const first = theirs();
-          rounds.push({ ours: ours(), theirs: first });
+          const first = loadFloor();
+          rounds.push({ ours: loadService(), theirs: first });
         }
       }
       const ours = medianOf(rounds.map((r) => r.ours));
