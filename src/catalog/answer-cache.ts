@@ -25,7 +25,7 @@ const MISS = answerCacheLookups.bind({ result: 'miss' });
 
 /**
  * Answers of the read operations, by a key that names everything that decides their bytes: the
- * operation, its parameters, and whose view it is (see `audienceOf` in visibility.ts). Bounded by a
+ * operation, its parameters, and whose view it is (see answer-keys.ts, the one key scheme). Bounded by a
  * byte budget (`PLAYBOOK_ANSWER_CACHE_BYTES`), least recently used first out, compressed forms counted
  * as they are made.
  *

@@ -17,6 +17,7 @@ import type {
   ResourceVersionSummary,
 } from '../schemas/playbook.js';
 import type { AnswerCache } from './answer-cache.js';
+import { type Audience, answerKey, audienceOf, callerAudience } from './answer-keys.js';
 import {
   parseFacets,
   toCatalog,
@@ -26,7 +27,7 @@ import {
   toVersionSummary,
 } from './mappers.js';
 import * as repo from './read-repository.js';
-import { audienceOf, planAllows } from './visibility.js';
+import { planAllows } from './visibility.js';
 
 /** The route's own response serializer for one shape (Fastify compiles it from the route's schema). */
 export type Serialize<T> = (value: T) => string;
@@ -34,6 +35,17 @@ export type Serialize<T> = (value: T) => string;
 export interface PageOf<T> {
   readonly data: T[];
   readonly meta: PageMeta;
+}
+
+/**
+ * The view of the Catalogs of an account (the Catalogs list mixes them with the service's, which
+ * every account sees alike, so it is one account's view whatever the caller's plan). A caller with no
+ * account selected sees the service's alone, under a caller view of its own.
+ */
+function accountView(principal: Principal): Audience {
+  return principal.accountId === null
+    ? callerAudience(principal)
+    : { kind: 'account', accountId: principal.accountId };
 }
 
 /** A filter's values as one canonical text: the same set in any order and repetition is the same key. */
@@ -65,9 +77,9 @@ export class PlaybookService {
   ): ReadAnswer | Promise<ReadAnswer> {
     const scopes = setKey(query.sourceScope);
     // Service-owned Catalogs are the same for every caller; an account's are its own.
-    const audience = scopes === 'svc' ? 'svc' : `account:${principal.accountId ?? ''}`;
+    const audience: Audience | null = scopes === 'svc' ? null : accountView(principal);
     const { page, pageSize } = pageOf(query);
-    const key = JSON.stringify(['catalogs', audience, scopes, query.capability ?? null, page, pageSize]);
+    const key = answerKey('catalogs', audience, scopes, query.capability ?? null, page, pageSize);
     return (
       this.answers.get(key) ??
       this.answers.once(key, async () => {
@@ -93,9 +105,9 @@ export class PlaybookService {
     query: ListResourcesQuery,
     serialize: Serialize<PageOf<ResourceListItem>>,
   ): ReadAnswer | Promise<ReadAnswer> {
-    const audience = params.owner === 'svc' ? 'svc' : `account:${principal.accountId ?? ''}`;
+    const audience: Audience | null = params.owner === 'svc' ? null : accountView(principal);
     const { page, pageSize } = pageOf(query);
-    const key = `resources|${audience}|${params.catalogSlug}|${setKey(query.kind)}|${page}|${pageSize}`;
+    const key = answerKey('resources', audience, params.catalogSlug, setKey(query.kind), page, pageSize);
     return (
       this.answers.get(key) ??
       this.answers.once(key, async () => {
@@ -103,7 +115,7 @@ export class PlaybookService {
         const catalog = await repo.findCatalog(this.db, principal, params.owner, params.catalogSlug);
         if (!catalog) throw new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`);
         const kinds = query.kind ?? [];
-        const listKey = `${catalog.id}|${setKey(kinds)}`;
+        const listKey = answerKey('positions', null, catalog.id, setKey(kinds));
         const positions =
           this.answers.positions(listKey) ??
           this.keepPositions(listKey, await repo.resourcePositions(this.db, catalog, kinds), ticket);
@@ -120,10 +132,10 @@ export class PlaybookService {
     resourceId: string,
     serialize: Serialize<ResourceDetail>,
   ): ReadAnswer | Promise<ReadAnswer> {
-    const key = (audience: string) => `resource|${audience}|${resourceId}`;
+    const key = (audience: Audience) => answerKey('resource', audience, resourceId);
     return (
       this.heldFor(principal, key) ??
-      this.answers.once(key(`${principal.plan}:${principal.accountId}`), async () => {
+      this.answers.once(key(callerAudience(principal)), async () => {
         const ticket = this.answers.ticket();
         const row = await repo.findResource(this.db, principal, resourceId);
         if (!row) throw new NotFoundError(`resource ${resourceId} not found`);
@@ -143,10 +155,10 @@ export class PlaybookService {
     serialize: Serialize<PageOf<ResourceVersionSummary>>,
   ): ReadAnswer | Promise<ReadAnswer> {
     const { page, pageSize } = pageOf(query);
-    const key = (audience: string) => `versions|${audience}|${resourceId}|${page}|${pageSize}`;
+    const key = (audience: Audience) => answerKey('versions', audience, resourceId, page, pageSize);
     return (
       this.heldFor(principal, key) ??
-      this.answers.once(key(`${principal.plan}:${principal.accountId}`), async () => {
+      this.answers.once(key(callerAudience(principal)), async () => {
         const ticket = this.answers.ticket();
         const gate = await this.gateResource(principal, resourceId);
         const { rows, meta } = await readPage(
@@ -171,10 +183,10 @@ export class PlaybookService {
     versionId: string,
     serialize: Serialize<ResourceVersionDetail>,
   ): ReadAnswer | Promise<ReadAnswer> {
-    const key = (audience: string) => `version|${audience}|${resourceId}|${versionId}`;
+    const key = (audience: Audience) => answerKey('version', audience, resourceId, versionId);
     return (
       this.heldFor(principal, key) ??
-      this.answers.once(key(`${principal.plan}:${principal.accountId}`), async () => {
+      this.answers.once(key(callerAudience(principal)), async () => {
         const ticket = this.answers.ticket();
         const found = await repo.findVersion(this.db, principal, resourceId, versionId);
         if (!found) {
@@ -213,7 +225,7 @@ export class PlaybookService {
   }
 
   /** The answer held for what `principal` may see: the service's, for its plan, or its account's. */
-  private heldFor(principal: Principal, key: (audience: string) => string): ReadAnswer | undefined {
+  private heldFor(principal: Principal, key: (audience: Audience) => string): ReadAnswer | undefined {
     return (
       this.answers.get(key(audienceOf(principal, null))) ??
       (principal.accountId === null

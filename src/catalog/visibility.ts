@@ -70,16 +70,6 @@ export function currentVersionVisibleIn(catalog: { readonly account_id: string |
 }
 
 /**
- * Who else sees exactly what `principal` sees of something owned by `catalogAccountId` (null for the
- * service): the audience an answer may be shared with. The rules above decide service-owned content
- * by its own state alone, never by the caller's account, so every caller sees the same of it, and
- * plans (below) set some callers apart; an account's content is seen by that account only.
- */
-export function audienceOf(principal: Principal, catalogAccountId: string | null): string {
-  return catalogAccountId === null ? `svc:${principal.plan}` : `account:${catalogAccountId}`;
-}
-
-/**
  * Plans (D6): a service-owned Resource whose `planAccess` is non-empty admits only those plans.
  * Account-owned Resources are never gated.
  */
