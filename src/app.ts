@@ -20,6 +20,7 @@ import type { AccessLimiter } from './auth/rate-limits.js';
 import type { PlaybookService } from './catalog/playbook-service.js';
 import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } from './errors.js';
 import { CREDENTIAL_PARAMETERS, installAccessLog } from './http/access-log.js';
+import { clientErrorHandler, closeAfterAnswer } from './http/connection-close.js';
 import { jsonBodyParser } from './http/json-body.js';
 import { openapiOptions } from './http/openapi.js';
 import { answerUnmetExpectation, handleClientError, handleError, writeRawProblem } from './http/problem.js';
@@ -161,8 +162,9 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     // answered by the same problem handler as every other error (D2), and so are those of Node's HTTP
     // parser, before any request exists (a malformed request line, headers over the limit, D20's 408).
     frameworkErrors: handleError,
-    clientErrorHandler: handleClientError,
-    // D20: a request whose headers or body arrive slower than this is answered 408 and closed; Node
+    clientErrorHandler: clientErrorHandler(handleClientError, timeouts.requestMs),
+    // D20: a request whose headers or body arrive slower than this is answered 408 and closed, and a
+    // connection that sends nothing in that time is closed unanswered (http/connection-close.ts); Node
     // checks every second rather than every 30.
     requestTimeout: timeouts.requestMs,
     keepAliveTimeout: timeouts.keepAliveMs,
@@ -222,9 +224,10 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     throw new NotFoundError(`no operation at ${request.method} ${path}`);
   });
   // A CONNECT never reaches a route: Node hands it over as a tunnel request, which this is not.
-  app.server.on('connect', (_request: IncomingMessage, socket: Duplex) =>
-    writeRawProblem(socket, 501, 'not_implemented', 'CONNECT is not supported: the service is no proxy.'),
-  );
+  app.server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
+    writeRawProblem(socket, 501, 'not_implemented', 'CONNECT is not supported: the service is no proxy.');
+    closeAfterAnswer(socket, timeouts.requestMs);
+  });
   app.server.on('checkExpectation', answerUnmetExpectation);
 
   let draining = false;
