@@ -20,21 +20,35 @@ export const SLUG_REGEX = new RegExp(SLUG_PATTERN);
 
 /** C0 and C1 controls, DEL, and the bidirectional overrides and isolates (D21), as a regex class body. */
 export const CONTROLS = '\\u0000-\\u001F\\u007F-\\u009F\\u202A-\\u202E\\u2066-\\u2069';
-/** D21: one line of text, with no control character or direction override. */
-export const SINGLE_LINE_PATTERN = `^[^${CONTROLS}]*$`;
+/**
+ * D21: no UTF-16 surrogate outside a pair. Valid UTF-8 cannot carry one, but a JSON escape (`"\\ud800"`)
+ * can, and such text has no UTF-8 form: stored or sent on, it would silently become U+FFFD. Written with
+ * lookarounds rather than as a class so that it means the same with the `u` flag and without: Ajv
+ * compiles patterns with it (a pair is one code point), TypeBox's checker of import files and many
+ * readers of the OpenAPI document without it (a pair is two code units). Lazy: an early one is found early.
+ */
+const NO_LONE_SURROGATE =
+  '(?![\\s\\S]*?(?:[\\uD800-\\uDBFF](?![\\uDC00-\\uDFFF])|(?<![\\uD800-\\uDBFF])[\\uDC00-\\uDFFF]))';
+/** D21: one line of text, with no control character, direction override or lone surrogate. */
+export const SINGLE_LINE_PATTERN = `^${NO_LONE_SURROGATE}[^${CONTROLS}]*$`;
 /** D21: one line of text, as above, that is not blank. */
-export const NAME_PATTERN = `^(?=[\\s\\S]*\\S)[^${CONTROLS}]*$`;
-/** D21: text that may run over lines: tabs and line breaks, but no other control or override. */
+export const NAME_PATTERN = `^${NO_LONE_SURROGATE}(?=[\\s\\S]*\\S)[^${CONTROLS}]*$`;
+/** D21: text that may run over lines: tab and line breaks, no other control, override or lone surrogate. */
 export const MULTI_LINE_PATTERN =
-  '^[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F\\u007F-\\u009F\\u202A-\\u202E\\u2066-\\u2069]*$';
+  `^${NO_LONE_SURROGATE}` +
+  '[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F\\u007F-\\u009F\\u202A-\\u202E\\u2066-\\u2069]*$';
 
 /** What a value that fails one of the service's patterns must be, in words: the patterns are not for people. */
 export const PATTERN_RULES: Readonly<Record<string, string>> = {
   [UUID_PATTERN]: 'must be a UUID',
   [SLUG_PATTERN]: 'must be a slug: lowercase letters and digits in groups joined by single hyphens',
-  [SINGLE_LINE_PATTERN]: 'must be one line of text, without control characters or direction overrides',
-  [NAME_PATTERN]: 'must be one line of text, not blank, without control characters or direction overrides',
-  [MULTI_LINE_PATTERN]: 'must not hold control characters (but tab and line breaks) or direction overrides',
+  [SINGLE_LINE_PATTERN]:
+    'must be one line of text, without control characters, direction overrides or unpaired surrogates',
+  [NAME_PATTERN]:
+    'must be one line of text, not blank, without control characters, direction overrides ' +
+    'or unpaired surrogates',
+  [MULTI_LINE_PATTERN]:
+    'must not hold control characters (but tab and line breaks), direction overrides or unpaired surrogates',
 };
 
 export const Uuid = Type.String({
