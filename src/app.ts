@@ -19,12 +19,13 @@ import type { LeakReportSignatures } from './auth/leak-reports.js';
 import type { AccessLimiter } from './auth/rate-limits.js';
 import type { PlaybookService } from './catalog/playbook-service.js';
 import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } from './errors.js';
-import { CREDENTIAL_PARAMETERS, installAccessLog } from './http/access-log.js';
+import { CREDENTIAL_SAFE_SERIALIZERS, installAccessLog } from './http/access-log.js';
 import { clientErrorHandler, closeAfterAnswer } from './http/connection-close.js';
 import { jsonBodyParser } from './http/json-body.js';
 import { openapiOptions } from './http/openapi.js';
 import { answerUnmetExpectation, handleClientError, handleError, writeRawProblem } from './http/problem.js';
 import { queryHooks } from './http/query.js';
+import { CREDENTIAL_PARAMETERS, holdsCredential, redactCredentials, redactUrl } from './http/redact-url.js';
 import { lazyRequestLogger } from './http/request-logger.js';
 import { type Tracing, traceRequests } from './observability/tracing.js';
 import type { PublishService } from './publish/publish-service.js';
@@ -64,15 +65,49 @@ const DEFAULT_TIMEOUTS = { requestMs: 30_000, keepAliveMs: 72_000 };
 
 const SANE_REQUEST_ID = new RegExp(REQUEST_ID_PATTERN);
 
-/** Echo a caller's request id when it is sane; otherwise make one (D2). */
+/**
+ * Echo a caller's request id when it is sane; otherwise make one (D2). A credential sent as one would
+ * be echoed in the answer and written in every log line of the request (D21).
+ */
 function requestIdOf(request: IncomingMessage): string {
   const sent = request.headers['x-request-id'];
-  return typeof sent === 'string' && SANE_REQUEST_ID.test(sent) ? sent : randomUUID();
+  return typeof sent === 'string' && SANE_REQUEST_ID.test(sent) && !holdsCredential(sent)
+    ? sent
+    : randomUUID();
+}
+
+/** How many segments of an unknown path a 404 names: enough to tell which family of routes was meant. */
+const NAMED_SEGMENTS = 3;
+const MAX_NAMED_SEGMENT = 64;
+
+/**
+ * The start of a path no route takes, as a 404 names it (D21): its first segments, each redacted when
+ * credential-shaped and cut when long; never the whole path, which may carry anything further on.
+ */
+function routeStart(path: string): string {
+  const segments = path.split('/', NAMED_SEGMENTS + 2);
+  const named = segments.slice(1, NAMED_SEGMENTS + 1).map((segment) => {
+    const shown = redactCredentials(segment);
+    return shown.length > MAX_NAMED_SEGMENT ? `${shown.slice(0, MAX_NAMED_SEGMENT - 1)}…` : shown;
+  });
+  return `/${named.join('/')}${segments.length > NAMED_SEGMENTS + 1 ? '/…' : ''}`;
+}
+
+/** Whatever logger the app is given writes requests and errors with no credential in them (D21). */
+function credentialSafe(
+  logger: FastifyServerOptions['logger'] | FastifyBaseLogger,
+): { loggerInstance: FastifyBaseLogger } | { logger: FastifyServerOptions['logger'] } {
+  if (typeof logger === 'object' && logger !== null && 'child' in logger) {
+    return { loggerInstance: logger.child({}, { serializers: CREDENTIAL_SAFE_SERIALIZERS }) };
+  }
+  if (logger === false || logger === undefined) return { logger: false };
+  const options = logger === true ? {} : logger;
+  return { logger: { ...options, serializers: { ...options.serializers, ...CREDENTIAL_SAFE_SERIALIZERS } } };
 }
 
 /**
  * A credential sent in the URL (D21) is refused: URLs end up in logs, histories and proxies. The value
- * is never logged either (see `loggableUrl`).
+ * is never logged either (see `redactUrl`).
  */
 function credentialInQuery(query: unknown): InputError | undefined {
   if (typeof query !== 'object' || query === null) return undefined;
@@ -139,12 +174,8 @@ function trustProxyOption(setting: boolean | number | string[]): FastifyServerOp
 export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> {
   const loggerOption = deps.logger ?? false;
   const timeouts = deps.timeouts ?? DEFAULT_TIMEOUTS;
-  const isLoggerInstance =
-    typeof loggerOption === 'object' && loggerOption !== null && 'child' in loggerOption;
   const app = Fastify({
-    ...(isLoggerInstance
-      ? { loggerInstance: loggerOption as FastifyBaseLogger }
-      : { logger: loggerOption as FastifyServerOptions['logger'] }),
+    ...credentialSafe(loggerOption),
     genReqId: requestIdOf,
     // One access line per request instead of Fastify's two (D25): see http/access-log.ts.
     logController: new LogController({ disableRequestLogging: true }),
@@ -221,7 +252,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     const path = request.url.split('?')[0]!;
     const allowed = [...methods].filter((method) => routes.find(method as HTTPMethod, path) !== null);
     if (allowed.length > 0) throw new MethodNotAllowedError(request.method, allowed);
-    throw new NotFoundError(`no operation at ${request.method} ${path}`);
+    throw new NotFoundError(`no operation at ${request.method} ${routeStart(path)}`);
   });
   // A CONNECT never reaches a route: Node hands it over as a tunnel request, which this is not.
   app.server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
@@ -244,6 +275,9 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   // hold the server open until its timeout.
   app.addHook('onSend', (_request, reply, payload, done) => {
     if (draining) reply.header('connection', 'close');
+    // A redirect may repeat the request's URL (the docs' pages do), credential included (D21).
+    const location = reply.getHeader('location');
+    if (typeof location === 'string') reply.header('location', redactUrl(location));
     done(null, payload);
   });
   app.decorateRequest('queryProblems', null);
@@ -263,7 +297,8 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
       ...document,
       servers: [
         {
-          url: `${request.protocol}://${request.host}`,
+          // The Host header is the caller's to write; a credential in it is not shown back (D21).
+          url: `${request.protocol}://${redactCredentials(request.host)}`,
           description: 'This deployment, as the page was opened (local, staging or production)',
           'x-internal': false,
         },

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import pino from 'pino';
 import {
   type CountedSeries,
   httpDuration,
@@ -7,6 +8,7 @@ import {
   rateLimitRefusals,
 } from '../observability/metrics.js';
 import type { ProblemCode } from '../schemas/common.js';
+import { redactCredentials, redactUrl } from './redact-url.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -27,37 +29,33 @@ export const REDACTED_PATHS = [
   'headers["x-api-key"]',
 ];
 
-/** Query parameters that may carry a credential (D21): their values never reach a log line. */
-export const CREDENTIAL_PARAMETERS: ReadonlySet<string> = new Set([
-  'api_key',
-  'apikey',
-  'x-api-key',
-  'key',
-  'token',
-  'access_token',
-]);
-/** A query that may name one of them, in any case or encoding: only such a query is looked at closely. */
-const MAY_HOLD_CREDENTIAL = /key|token|%/i;
+/**
+ * Serializers for the objects a log line may carry, so that Fastify's own lines and ours write no
+ * credential a URL or an error message quotes (D21): a request's URL, and every text of an error
+ * (its message and stack quote what they were given, a URL included), redacted by form.
+ */
+export const CREDENTIAL_SAFE_SERIALIZERS = {
+  // Given a Fastify request, or by other code a Node one: each field only when it is there.
+  req: (request: Partial<Pick<FastifyRequest, 'method' | 'url' | 'host' | 'ip'>>) => ({
+    method: request.method,
+    url: typeof request.url === 'string' ? redactUrl(request.url) : undefined,
+    host: typeof request.host === 'string' ? redactCredentials(request.host) : undefined,
+    remoteAddress: request.ip,
+  }),
+  err: (error: Error) => {
+    const serialized = pino.stdSerializers.err(error);
+    return redactedTexts(serialized, 4) as typeof serialized;
+  },
+};
 
-/** The request's path and query, with the value of any credential-like parameter left out. */
-export function loggableUrl(url: string): string {
-  const query = url.indexOf('?');
-  if (query === -1 || !MAY_HOLD_CREDENTIAL.test(url.slice(query + 1))) return url;
-  const parameters = url
-    .slice(query + 1)
-    .split('&')
-    .map((pair) => {
-      const equals = pair.indexOf('=');
-      const name = equals === -1 ? pair : pair.slice(0, equals);
-      let decoded = name;
-      try {
-        decoded = decodeURIComponent(name.replaceAll('+', ' '));
-      } catch {
-        // an undecodable name is logged as sent; it names no credential parameter
-      }
-      return CREDENTIAL_PARAMETERS.has(decoded.toLowerCase()) ? `${name}=[redacted]` : pair;
-    });
-  return `${url.slice(0, query)}?${parameters.join('&')}`;
+/** `value` with every string in it redacted, a few levels deep (an error, its causes, their fields). */
+function redactedTexts(value: unknown, depth: number): unknown {
+  if (typeof value === 'string') return redactCredentials(value);
+  if (depth === 0 || typeof value !== 'object' || value === null) return value;
+  if (Array.isArray(value)) return value.map((item) => redactedTexts(item, depth - 1));
+  const copy: Record<string, unknown> = {};
+  for (const [name, field] of Object.entries(value)) copy[name] = redactedTexts(field, depth - 1);
+  return copy;
 }
 
 /**
@@ -80,7 +78,7 @@ export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
     reqId: request.id,
     op: operation ?? null,
     method: request.method,
-    url: loggableUrl(request.url),
+    url: redactUrl(request.url),
     status: reply.statusCode,
     ms: Math.round(reply.elapsedTime * 100) / 100,
     bytes: length === undefined ? 0 : Number(length),

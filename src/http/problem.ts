@@ -26,6 +26,7 @@ import {
   type ProblemCode,
 } from '../schemas/common.js';
 import { withQueryProblems } from './query.js';
+import { redactCredentials } from './redact-url.js';
 
 const TITLES: Record<ProblemCode, string> = {
   invalid_request: 'Invalid request',
@@ -49,6 +50,11 @@ const TITLES: Record<ProblemCode, string> = {
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
+/**
+ * A problem document. Its texts may quote the request (a parameter's name, a value, a path, what a
+ * framework error says): a credential-shaped run in them is written `[redacted]` before any is cut,
+ * so that no part of one is shown (D21).
+ */
 export function problem(
   status: number,
   code: ProblemCode,
@@ -61,14 +67,14 @@ export function problem(
     title: TITLES[code],
     status,
     code,
-    detail: cut(detail, MAX_PROBLEM_DETAIL),
+    detail: cut(redactCredentials(detail), MAX_PROBLEM_DETAIL),
     requestId,
     ...(errors && errors.length > 0
       ? {
           errors: errors.map((e) => ({
             in: e.in,
-            name: cut(e.name, MAX_PROBLEM_TEXT),
-            message: cut(e.message, MAX_PROBLEM_TEXT),
+            name: cut(redactCredentials(e.name), MAX_PROBLEM_TEXT),
+            message: cut(redactCredentials(e.message), MAX_PROBLEM_TEXT),
           })),
         }
       : {}),
@@ -256,7 +262,10 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   const all = (error as FastifyError).validation
     ? withQueryProblems(request, classified.errors ?? [])
     : classified.errors;
-  const { detail, errors } = listed(classified.detail, all);
+  const { detail: listedDetail, errors } = listed(classified.detail, all);
+  // The access line writes the reason too.
+  const detail = redactCredentials(listedDetail);
+  // The logger's serializer writes the error's texts redacted (access-log.ts).
   if (status >= 500) request.log.error({ err: error }, 'request failed');
   // The access line (access-log.ts) says why; a refusal is no event of its own.
   request.refusal = { code, detail };

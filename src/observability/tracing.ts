@@ -1,5 +1,6 @@
 import type { Context, Span, Tracer } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { redactUrl } from '../http/redact-url.js';
 
 /**
  * Traces through OpenTelemetry (D25), on when `OTEL_EXPORTER_OTLP_ENDPOINT` (or its traces-only
@@ -84,7 +85,7 @@ declare module 'fastify' {
 /**
  * A span per request: opened when the request arrives (a child of the caller's `traceparent`), made
  * the current context for everything the request does, and ended with the answer, named by the
- * operation id and carrying the method, route and status.
+ * operation id and carrying the method, route, path, query and status.
  */
 export async function traceRequests(app: FastifyInstance, traced: Tracing): Promise<void> {
   const api = await import('@opentelemetry/api');
@@ -92,6 +93,10 @@ export async function traceRequests(app: FastifyInstance, traced: Tracing): Prom
   app.addHook('onRequest', (request: FastifyRequest, _reply: FastifyReply, done: (error?: Error) => void) => {
     const route = request.routeOptions;
     const parent: Context = api.propagation.extract(api.ROOT_CONTEXT, request.headers);
+    // A span is exported to another system and kept there: the URL goes as the access line writes it,
+    // with no credential in it (D21).
+    const url = redactUrl(request.url);
+    const query = url.indexOf('?');
     const span = traced.tracer.startSpan(
       // The name app.ts gives every route when it is added, as the access line and the metrics do.
       route.config.operation ?? 'unmatched',
@@ -100,6 +105,8 @@ export async function traceRequests(app: FastifyInstance, traced: Tracing): Prom
         attributes: {
           'http.request.method': request.method,
           'http.route': route.url ?? '',
+          'url.path': query === -1 ? url : url.slice(0, query),
+          ...(query === -1 ? {} : { 'url.query': url.slice(query + 1) }),
           'playbook.request_id': request.id,
         },
       },
