@@ -1,39 +1,32 @@
+import { isUtf8 } from 'node:buffer';
 import type { FastifyRequest } from 'fastify';
 import { InputError } from '../errors.js';
+import { parseJsonInSlices, TooDeepError } from '../sliced-json.js';
 
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+/** D21: how deep a JSON body may nest, manifest and facets included. */
+export const MAX_JSON_DEPTH = 64;
 
 /**
  * Decodes a JSON body strictly (D21): bytes that are not UTF-8 are refused, never turned into
- * replacement characters and stored. Every key is data: JSON.parse never sets a prototype, and
- * nothing merges a body into another object. An empty body is no body.
+ * replacement characters and stored; nesting past {@link MAX_JSON_DEPTH} is refused before anything
+ * else is done with the body. Every key is data, and nothing merges a body into another object. An
+ * empty body is no body. A large body is read in slices, each followed by a turn of the event loop
+ * when the work has held it for long (D20).
  */
-export function parseJsonBody(body: Buffer): unknown {
-  let text: string;
+export async function parseJsonBody(body: Buffer): Promise<unknown> {
+  if (!isUtf8(body)) throw InputError.of('body', '(body)', 'must be UTF-8');
+  if (body.length === 0) return undefined;
   try {
-    text = strictUtf8.decode(body);
-  } catch {
-    throw InputError.of('body', '(body)', 'must be UTF-8');
-  }
-  try {
-    return text === '' ? undefined : JSON.parse(text);
+    return await parseJsonInSlices(body, MAX_JSON_DEPTH);
   } catch (error) {
+    if (error instanceof TooDeepError) {
+      throw InputError.of('body', error.path || '(body)', `nests deeper than ${MAX_JSON_DEPTH} levels`);
+    }
     throw InputError.of('body', '(body)', `is not valid JSON (${(error as Error).message})`);
   }
 }
 
 /** Fastify's content-type parser over {@link parseJsonBody}. */
-export function jsonBodyParser(
-  _request: FastifyRequest,
-  body: string | Buffer,
-  done: (error: Error | null, body?: unknown) => void,
-): void {
-  let parsed: unknown;
-  try {
-    parsed = parseJsonBody(body as Buffer);
-  } catch (error) {
-    done(error as Error, undefined);
-    return;
-  }
-  done(null, parsed);
+export function jsonBodyParser(_request: FastifyRequest, body: string | Buffer): Promise<unknown> {
+  return parseJsonBody(body as Buffer);
 }

@@ -213,10 +213,14 @@ function headerOf(request: FastifyRequest, name: string): string | undefined {
 function leakReportRoute(keys: ApiKeyService, options: IdentityRouteOptions): FastifyPluginAsyncTypebox {
   return async (app) => {
     app.removeContentTypeParser('application/json');
-    app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
-      rawBodies.set(request, body as Buffer);
-      jsonBodyParser(request, body, done);
-    });
+    app.addContentTypeParser(
+      'application/json',
+      { parseAs: 'buffer' },
+      (request: FastifyRequest, body: Buffer) => {
+        rawBodies.set(request, body as Buffer);
+        return jsonBodyParser(request, body);
+      },
+    );
 
     // The signature is checked before the body is: an unsigned caller learns nothing of the format.
     const verifySignature = async (request: FastifyRequest, reply: FastifyReply) => {

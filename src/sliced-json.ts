@@ -1,0 +1,186 @@
+import { type ParsedTokenInfo, Tokenizer, TokenParser, TokenType } from '@streamparser/json';
+import { yieldIfBusy } from './pace.js';
+
+/** Elements of a long list written in one go; then the event loop may turn. */
+const ELEMENTS_PER_SLICE = 1000;
+
+/**
+ * The JSON text of `value`, as `JSON.stringify` writes it, made a slice at a time: a list of
+ * thousands (the report of a 100,000-Resource publish, the pins of its Catalog) is written a thousand
+ * elements at a time, and the event loop turns between slices when the work has held it for long
+ * (D20). For answers of plain data (strings, numbers, booleans, null, arrays, objects).
+ */
+export async function stringifyInSlices(value: unknown): Promise<string> {
+  return (await jsonParts(value)).join('');
+}
+
+/**
+ * {@link stringifyInSlices}, as the parts that make up the text, in order: an answer of megabytes is
+ * sent part by part rather than joined into one string first.
+ */
+export async function jsonParts(value: unknown): Promise<string[]> {
+  const parts: string[] = [];
+  await write(value, parts);
+  return parts;
+}
+
+async function write(value: unknown, parts: string[]): Promise<void> {
+  if (Array.isArray(value)) {
+    if (value.length <= ELEMENTS_PER_SLICE) {
+      parts.push(JSON.stringify(value));
+      return;
+    }
+    parts.push('[');
+    for (let start = 0; start < value.length; start += ELEMENTS_PER_SLICE) {
+      if (start > 0) parts.push(',');
+      parts.push(JSON.stringify(value.slice(start, start + ELEMENTS_PER_SLICE)).slice(1, -1));
+      await yieldIfBusy();
+    }
+    parts.push(']');
+    return;
+  }
+  if (typeof value === 'object' && value !== null) {
+    parts.push('{');
+    let first = true;
+    for (const [name, inner] of Object.entries(value)) {
+      if (inner === undefined) continue;
+      parts.push(`${first ? '' : ','}${JSON.stringify(name)}:`);
+      first = false;
+      await write(inner, parts);
+    }
+    parts.push('}');
+    return;
+  }
+  parts.push(JSON.stringify(value) ?? 'null');
+}
+
+/** Bytes (or characters) tokenized between two looks at the clock: about a millisecond's work. */
+const SLICE_BYTES = 64 * 1024;
+
+/** A JSON text nested deeper than the reader's limit, and where: `resources[3].manifest.a…`. */
+export class TooDeepError extends Error {
+  override name = 'TooDeepError';
+  constructor(
+    readonly path: string,
+    readonly maxDepth: number,
+  ) {
+    super(`nests deeper than ${maxDepth} levels at ${path || 'the top'}`);
+  }
+}
+
+/** Segments of a too-deep field's path that its name shows; the rest is elided. */
+const SHOWN_SEGMENTS = 8;
+
+/** One open object or array, as the path of a too-deep field names it. */
+interface Frame {
+  readonly array: boolean;
+  /** The member's name or the element's index last seen in this container. */
+  at: string | number | undefined;
+  /** In an object: the next string is a member's name. */
+  expectingName: boolean;
+}
+
+/**
+ * A JSON text read a slice at a time: nesting is counted as the tokens arrive, so a text deeper than
+ * the limit is refused before any value of it is built, and a text of megabytes lets the event loop
+ * turn between slices rather than holding it for the whole parse. Values are built as `JSON.parse`
+ * builds them: own properties only, `__proto__` a key like any other, lone surrogates kept as they are.
+ */
+class SlicedJsonReader {
+  private readonly tokenizer = new Tokenizer();
+  private readonly parser = new TokenParser({ paths: ['$'] });
+  private readonly frames: Frame[] = [];
+  private value: unknown;
+  private done = false;
+
+  constructor(private readonly maxDepth: number) {
+    this.parser.onValue = ({ value }) => {
+      this.value = value;
+      this.done = true;
+    };
+    this.tokenizer.onToken = (token) => {
+      this.follow(token);
+      this.parser.write(token);
+    };
+    // The library's defaults rethrow; they are set here so that a failure is ours to word.
+    this.tokenizer.onError = (error) => {
+      throw error;
+    };
+    this.parser.onError = (error) => {
+      throw error;
+    };
+  }
+
+  write(bytes: Uint8Array | string): void {
+    this.tokenizer.write(bytes);
+  }
+
+  end(): unknown {
+    // A number at the very end of the text is only complete once the tokenizer knows nothing follows.
+    if (!this.tokenizer.isEnded) this.tokenizer.end();
+    if (!this.done) throw new SyntaxError('unexpected end of the JSON text');
+    return this.value;
+  }
+
+  /** Keeps the path of the token being read, and refuses a container past the depth limit. */
+  private follow({ token, value }: Omit<ParsedTokenInfo, 'offset'>): void {
+    const top = this.frames.at(-1);
+    switch (token) {
+      case TokenType.LEFT_BRACE:
+      case TokenType.LEFT_BRACKET: {
+        if (this.frames.length >= this.maxDepth) throw new TooDeepError(this.pathName(), this.maxDepth);
+        const array = token === TokenType.LEFT_BRACKET;
+        this.frames.push({ array, at: array ? 0 : undefined, expectingName: !array });
+        return;
+      }
+      case TokenType.RIGHT_BRACE:
+      case TokenType.RIGHT_BRACKET:
+        this.frames.pop();
+        return;
+      case TokenType.COMMA:
+        if (top?.array === true) top.at = (top.at as number) + 1;
+        else if (top) top.expectingName = true;
+        return;
+      case TokenType.STRING:
+        if (top && !top.array && top.expectingName) {
+          top.at = value as string;
+          top.expectingName = false;
+        }
+        return;
+      default:
+        return;
+    }
+  }
+
+  /** The path to the container being opened, as fields are named elsewhere: `resources[3].manifest.a`. */
+  private pathName(): string {
+    let path = '';
+    for (const frame of this.frames.slice(0, SHOWN_SEGMENTS)) {
+      if (frame.at === undefined) continue;
+      path += frame.array ? `[${frame.at}]` : path === '' ? String(frame.at) : `.${String(frame.at)}`;
+    }
+    if (this.frames.length > SHOWN_SEGMENTS) path += '…';
+    return path;
+  }
+}
+
+/**
+ * The value of a JSON text, as `JSON.parse` makes it, read a slice at a time with turns of the event
+ * loop between slices (D20). Nesting past `maxDepth` throws {@link TooDeepError} before anything
+ * deeper is read; a text that is not JSON throws the parser's error.
+ */
+export async function parseJsonInSlices(
+  text: Uint8Array | string,
+  maxDepth = Number.POSITIVE_INFINITY,
+): Promise<unknown> {
+  const reader = new SlicedJsonReader(maxDepth);
+  for (let offset = 0; offset < text.length; offset += SLICE_BYTES) {
+    reader.write(
+      typeof text === 'string'
+        ? text.slice(offset, offset + SLICE_BYTES)
+        : text.subarray(offset, offset + SLICE_BYTES),
+    );
+    await yieldIfBusy();
+  }
+  return reader.end();
+}

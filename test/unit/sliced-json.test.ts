@@ -1,0 +1,48 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { SLICE_MS, yieldIfBusy } from '../../src/pace.js';
+import { stringifyInSlices } from '../../src/sliced-json.js';
+
+/** D20: long work is done in slices, and the slices add up to what the work in one go makes. */
+describe('work in slices', () => {
+  it('stringifyInSlices writes exactly what JSON.stringify writes', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.jsonValue(), async (value) => {
+        expect(await stringifyInSlices(value)).toBe(JSON.stringify(value));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('lists longer than a slice, nested in objects, come out whole and in order', async () => {
+    const report = {
+      catalog: { pins: Array.from({ length: 2_345 }, (_, i) => ({ i, ref: `org/big/r-${i}` })) },
+      skipped: undefined,
+      lines: Array.from({ length: 3_001 }, (_, i) => `+ resource ${i} "quoted" \u2028`),
+      empty: [],
+    };
+    expect(await stringifyInSlices(report)).toBe(JSON.stringify(report));
+  });
+
+  it('yieldIfBusy lets timers run once work has held the event loop for a slice, and not before', async () => {
+    // An idle spell before the first call: its turn is taken at once.
+    await yieldIfBusy();
+    let ticked = 0;
+    const timer = setInterval(() => ticked++, 1);
+    const spin = (ms: number) => {
+      const until = performance.now() + ms;
+      while (performance.now() < until) {}
+    };
+    spin(2);
+    await yieldIfBusy();
+    const afterShortWork = ticked;
+    for (let slice = 0; slice < 5; slice++) {
+      spin(SLICE_MS + 5);
+      // A turn of the event loop: due timers run before the work goes on.
+      await yieldIfBusy();
+    }
+    clearInterval(timer);
+    expect(afterShortWork).toBe(0);
+    expect(ticked).toBeGreaterThanOrEqual(4);
+  });
+});
