@@ -2,7 +2,7 @@ import path from 'node:path';
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { PROJECT_ROOT } from './project-root.js';
-import { MAX_CONTENT_BYTES_CEILING } from './schemas/playbook.js';
+import { MAX_CATALOG_RESOURCES, MAX_CONTENT_BYTES_CEILING } from './schemas/playbook.js';
 
 /**
  * Every environment variable the service reads (D13), each with the schema its raw text must meet.
@@ -55,6 +55,11 @@ const EnvSchema = Type.Object({
     maximum: MAX_CONTENT_BYTES_CEILING,
     default: 32 * 1024 * 1024,
   }),
+  PLAYBOOK_MAX_PUBLISH_RESOURCES: Type.Integer({
+    minimum: 1,
+    maximum: MAX_CATALOG_RESOURCES,
+    default: MAX_CATALOG_RESOURCES,
+  }),
   PLAYBOOK_ANSWER_CACHE_BYTES: Type.Integer({
     minimum: 0,
     maximum: 2 ** 40,
@@ -105,6 +110,8 @@ export interface Config {
   readonly maxContentBytes: number;
   /** D23: the largest body a publishing request may have (`PLAYBOOK_MAX_PUBLISH_BYTES`). */
   readonly maxPublishBytes: number;
+  /** D20: the most Resources one publishing request may hold (`PLAYBOOK_MAX_PUBLISH_RESOURCES`); past it, 413. */
+  readonly maxPublishResources: number;
   /** Memory for read answers, compressed forms included (`PLAYBOOK_ANSWER_CACHE_BYTES`). */
   readonly answerCacheBytes: number;
   readonly logLevel: string;
@@ -227,6 +234,7 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     timeouts: { requestMs: env.PLAYBOOK_REQUEST_TIMEOUT_MS, keepAliveMs: env.PLAYBOOK_KEEP_ALIVE_TIMEOUT_MS },
     maxContentBytes: env.PLAYBOOK_MAX_CONTENT_BYTES,
     maxPublishBytes: env.PLAYBOOK_MAX_PUBLISH_BYTES,
+    maxPublishResources: env.PLAYBOOK_MAX_PUBLISH_RESOURCES,
     maxKeysPerAccount: env.PLAYBOOK_MAX_KEYS_PER_ACCOUNT,
     ...(env.PLAYBOOK_LEAK_REPORT_KEYS_URL === undefined
       ? {}

@@ -15,13 +15,25 @@ export interface InputProblem {
 /** The request is invalid: every problem found is listed, each naming its field. */
 export class InputError extends Error {
   override name = 'InputError';
-  constructor(readonly problems: readonly InputProblem[]) {
+  /**
+   * @param stoppedEarly checking stopped before the end of the input (D20: at the 21st problem), so
+   *   more problems may follow the ones listed.
+   */
+  constructor(
+    readonly problems: readonly InputProblem[],
+    readonly stoppedEarly = false,
+  ) {
     super(problems.map((p) => `${p.in} ${p.name}: ${p.message}`).join('; '));
   }
 
   static of(location: InputLocation, name: string, message: string): InputError {
     return new InputError([{ in: location, name, message }]);
   }
+}
+
+/** A request larger than the deployment takes (D20: more Resources than one publish may hold). */
+export class ContentTooLargeError extends Error {
+  override name = 'ContentTooLargeError';
 }
 
 /** A valid request that would take an account past a limit of the deployment (D20). */

@@ -28,7 +28,11 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         readiness: services.readiness,
         keys: services.identity.keys,
         audit: services.identity.audit,
-        publish: { service: services.publish, maxBodyBytes: config.maxPublishBytes },
+        publish: {
+          service: services.publish,
+          maxBodyBytes: config.maxPublishBytes,
+          maxResources: config.maxPublishResources,
+        },
         ...(services.identity.leakSignatures ? { leakSignatures: services.identity.leakSignatures } : {}),
         trustProxy: config.trustProxy,
         timeouts: config.timeouts,

@@ -5,6 +5,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import {
   AuthenticationError,
   ConflictError,
+  ContentTooLargeError,
   ForbiddenError,
   InputError,
   type InputLocation,
@@ -30,6 +31,7 @@ import { redactCredentials } from './redact-url.js';
 
 const TITLES: Record<ProblemCode, string> = {
   invalid_request: 'Invalid request',
+  content_too_large: 'Content too large',
   limit_reached: 'Limit reached',
   unauthenticated: 'Unauthenticated',
   forbidden: 'Forbidden',
@@ -96,7 +98,7 @@ const CONTEXTS: Record<string, InputLocation> = {
   headers: 'header',
 };
 
-interface AjvError {
+export interface AjvError {
   instancePath: string;
   keyword: string;
   message?: string;
@@ -107,7 +109,7 @@ interface AjvError {
  * Ajv reports every keyword a value fails (`maxLength` and `pattern` of one id): one problem per field
  * is listed, the one that says most (its rule in words, its allowed values, its type).
  */
-function onePerField(location: InputLocation, errors: readonly AjvError[]): InputProblem[] {
+export function onePerField(location: InputLocation, errors: readonly AjvError[]): InputProblem[] {
   const chosen = new Map<string, { problem: InputProblem; rank: number }>();
   for (const error of errors) {
     const problem = toInputProblem(location, error);
@@ -186,9 +188,14 @@ function classify(error: FastifyError | Error): {
     return {
       status: 400,
       code: 'invalid_request',
-      detail: 'The request is invalid.',
+      detail: error.stoppedEarly
+        ? `The request is invalid; checking stopped after ${error.problems.length} problems, so more may follow.`
+        : 'The request is invalid.',
       errors: [...error.problems],
     };
+  }
+  if (error instanceof ContentTooLargeError) {
+    return { status: 413, code: 'content_too_large', detail: error.message };
   }
   const fastifyError = error as FastifyError;
   if (fastifyError.validation) {

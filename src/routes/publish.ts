@@ -1,8 +1,10 @@
+import { Readable } from 'node:stream';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Principal } from '../auth/principal.js';
 import { ForbiddenError } from '../errors.js';
+import { SlicedBody } from '../http/sliced-body.js';
 import type { PublishService, WriteAnswer, WriteContext } from '../publish/publish-service.js';
 import { problemResponses } from '../schemas/common.js';
 import { Catalog } from '../schemas/playbook.js';
@@ -16,6 +18,7 @@ import {
   PutResourceBody,
   ResourceWriteParams,
 } from '../schemas/publish.js';
+import { jsonParts } from '../sliced-json.js';
 
 const security: { [scheme: string]: string[] }[] = [{ apiKey: [] }, { accessToken: [] }];
 /** Writes take `playbook:write`: a key with it, or a user's access token (D23). */
@@ -67,11 +70,25 @@ function send<T>(reply: FastifyReply, answer: WriteAnswer<T>): T {
 
 const WRITE_ERRORS = problemResponses(400, 401, 403, 404, 409, 412, 429, 500, 503);
 
+/** A whole Catalog's body is checked in slices, its Resources one by one (D20). */
+const catalogBody = new SlicedBody(PutCatalogBody, 'resources');
+/** One Resource's body may be as large as a Catalog's: its check is bounded the same way. */
+const resourceBody = new SlicedBody(PutResourceBody);
+
+export interface PublishRouteOptions {
+  readonly service: PublishService;
+  /** The largest body a write may have (`PLAYBOOK_MAX_PUBLISH_BYTES`). */
+  readonly maxBodyBytes: number;
+  /** The most Resources one Catalog's body may hold (`PLAYBOOK_MAX_PUBLISH_RESOURCES`); past it, 413. */
+  readonly maxResources: number;
+}
+
 /**
  * Publishing of D23: an account writes its own (`org`) Catalogs with the model of `playbook import`.
  * Every write answer carries the written object's ETag; `If-Match` and `If-None-Match: *` guard it.
  */
-export function publishRoutes(publish: PublishService, maxPublishBytes: number): FastifyPluginAsyncTypebox {
+export function publishRoutes(options: PublishRouteOptions): FastifyPluginAsyncTypebox {
+  const { service: publish, maxBodyBytes: maxPublishBytes, maxResources } = options;
   return async (app) => {
     app.put(
       '/v3/playbook/catalogs/:owner/:catalogSlug',
@@ -82,27 +99,35 @@ export function publishRoutes(publish: PublishService, maxPublishBytes: number):
           operationId: 'putCatalog',
           summary: 'Publish a whole Catalog of your account, declaratively',
           description:
-            'Exactly an import of one catalog folder (D15, D23), in one transaction: new Resource Versions, superseding, immutable labels (409 version_label_taken), Resources left out archived, a new Catalog version when the pins change. 201 when the Catalog is created, else 200; the same body twice writes nothing. dryRun=true reports and writes nothing. The body is at most PLAYBOOK_MAX_PUBLISH_BYTES.',
+            'Exactly an import of one catalog folder (D15, D23), in one transaction: new Resource Versions, superseding, immutable labels (409 version_label_taken), Resources left out archived, a new Catalog version when the pins change. 201 when the Catalog is created, else 200; the same body twice writes nothing. dryRun=true reports and writes nothing. The body is at most PLAYBOOK_MAX_PUBLISH_BYTES and holds at most PLAYBOOK_MAX_PUBLISH_RESOURCES Resources (413 past it); a 400 lists the first 20 problems, and checking stops at the 21st.',
           tags: ['playbook'],
           security,
           params: CatalogWriteParams,
           querystring: DryRunQuery,
           headers: Preconditions,
-          body: PutCatalogBody,
+          body: catalogBody.schema,
           response: {
             200: { ...PublishReport, description: 'Updated (or unchanged), or what a dry run would do' },
             201: { ...PublishReport, description: 'Created' },
             ...WRITE_ERRORS,
+            ...problemResponses(413),
           },
+        },
+        preValidation: async (request) => {
+          await catalogBody.check(request.body, maxResources);
         },
       },
       async (request, reply) => {
         const context = contextOf(request, request.params.owner);
         const dryRun = request.query.dryRun === true;
-        return send(
+        const report = send(
           reply,
           await publish.putCatalog(context, request.params.catalogSlug, request.body, dryRun),
         );
+        // The report of a large Catalog is megabytes (every line, every pin): written in slices (D20).
+        const parts = await jsonParts(report);
+        // Sent part by part as it is: Fastify serializes objects, not streams.
+        return reply.type('application/json; charset=utf-8').send(Readable.from(parts) as never);
       },
     );
 
@@ -120,12 +145,15 @@ export function publishRoutes(publish: PublishService, maxPublishBytes: number):
           security,
           params: ResourceWriteParams,
           headers: Preconditions,
-          body: PutResourceBody,
+          body: resourceBody.schema,
           response: {
             200: { ...ResourceWriteAnswer, description: 'Updated, or unchanged' },
             201: { ...ResourceWriteAnswer, description: 'Created' },
             ...WRITE_ERRORS,
           },
+        },
+        preValidation: async (request) => {
+          await resourceBody.check(request.body);
         },
       },
       async (request, reply) => {

@@ -135,6 +135,7 @@ export function Page<T extends TSchema>(item: T, options: { description?: string
 
 export const ProblemCode = StringEnum([
   'invalid_request',
+  'content_too_large',
   'limit_reached',
   'unauthenticated',
   'forbidden',

@@ -134,7 +134,11 @@ export async function buildIdentityApp(
     readiness: [],
     keys: identity.keys,
     audit: identity.audit,
-    publish: { service: publish, maxBodyBytes: config.maxPublishBytes },
+    publish: {
+      service: publish,
+      maxBodyBytes: config.maxPublishBytes,
+      maxResources: config.maxPublishResources,
+    },
     ...(overrides.tracing ? { tracing: overrides.tracing } : {}),
     ...(identity.leakSignatures ? { leakSignatures: identity.leakSignatures } : {}),
     ...(logger ? { logger } : {}),

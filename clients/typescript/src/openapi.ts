@@ -112,7 +112,7 @@ export interface paths {
         get?: never;
         /**
          * Publish a whole Catalog of your account, declaratively
-         * @description Exactly an import of one catalog folder (D15, D23), in one transaction: new Resource Versions, superseding, immutable labels (409 version_label_taken), Resources left out archived, a new Catalog version when the pins change. 201 when the Catalog is created, else 200; the same body twice writes nothing. dryRun=true reports and writes nothing. The body is at most PLAYBOOK_MAX_PUBLISH_BYTES.
+         * @description Exactly an import of one catalog folder (D15, D23), in one transaction: new Resource Versions, superseding, immutable labels (409 version_label_taken), Resources left out archived, a new Catalog version when the pins change. 201 when the Catalog is created, else 200; the same body twice writes nothing. dryRun=true reports and writes nothing. The body is at most PLAYBOOK_MAX_PUBLISH_BYTES and holds at most PLAYBOOK_MAX_PUBLISH_RESOURCES Resources (413 past it); a 400 lists the first 20 problems, and checking stops at the 21st.
          */
         put: operations["putCatalog"];
         post?: never;
@@ -292,7 +292,7 @@ export interface components {
              */
             status: number;
             /** @enum {string} */
-            code: "invalid_request" | "limit_reached" | "unauthenticated" | "forbidden" | "plan_required" | "not_found" | "method_not_allowed" | "key_inactive" | "version_label_taken" | "precondition_failed" | "request_timeout" | "expectation_failed" | "headers_too_large" | "rate_limited" | "internal" | "not_implemented" | "unavailable";
+            code: "invalid_request" | "content_too_large" | "limit_reached" | "unauthenticated" | "forbidden" | "plan_required" | "not_found" | "method_not_allowed" | "key_inactive" | "version_label_taken" | "precondition_failed" | "request_timeout" | "expectation_failed" | "headers_too_large" | "rate_limited" | "internal" | "not_implemented" | "unavailable";
             detail: string;
             /** @description the x-request-id of the answer */
             requestId: string;
@@ -1487,6 +1487,19 @@ export interface operations {
             };
             /** @description RFC 9457 problem document */
             412: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem document */
+            413: {
                 headers: {
                     "x-request-id": components["headers"]["RequestId"];
                     "RateLimit-Limit": components["headers"]["RateLimitLimit"];

@@ -1,0 +1,164 @@
+import AjvCompiler from '@fastify/ajv-compiler';
+import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox';
+import { ContentTooLargeError, InputError, type InputProblem } from '../errors.js';
+import { yieldIfBusy } from '../pace.js';
+import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
+import { type AjvError, onePerField } from './problem.js';
+
+/** D20: checking stops here; the answer lists the first 20 and says that more may follow. */
+const MAX_CHECKED_PROBLEMS = MAX_LISTED_PROBLEMS + 1;
+
+/**
+ * A part of a body (its fields, or one element of its list) is described problem by problem when it
+ * has at most this many keys and list elements, and no text longer than {@link DESCRIBED_TEXT}; a
+ * larger one is described by its first problem. Listing every problem of a part costs as much as the
+ * part holds (a Resource of 100,000 unknown fields is 100,000 problems; a title of millions of
+ * characters is checked against its pattern even when it is already too long, and a pattern over
+ * millions of characters can exhaust the stack), so the bound is on the part, not only on the list.
+ */
+const DESCRIBED_PARTS = 100;
+const DESCRIBED_TEXT = 64 * 1024;
+
+type Validate = ((value: unknown) => boolean) & { errors?: AjvError[] | null };
+
+const compilers = AjvCompiler();
+/** The options of the app's body validator (app.ts): no coercion, nothing dropped, defaults filled. */
+const BODY_OPTIONS = { removeAdditional: false, coerceTypes: false, useDefaults: true } as const;
+const firstProblem = compilers({}, { customOptions: { ...BODY_OPTIONS, allErrors: false } });
+const everyProblem = compilers({}, { customOptions: { ...BODY_OPTIONS, allErrors: true } });
+
+function compile(schema: TSchema, every: boolean): Validate {
+  const compiler = every ? everyProblem : firstProblem;
+  return compiler({ schema, method: 'PUT', url: '(sliced body)', httpPart: 'body' }) as unknown as Validate;
+}
+
+/** Body schemas whose routes check their bodies with {@link SlicedBody}, not with Fastify's validator. */
+const checkedInSlices = new WeakSet<object>();
+
+/** True for a body schema that its route checks in slices: the app's validator leaves it alone. */
+export function isCheckedInSlices(schema: unknown): boolean {
+  return typeof schema === 'object' && schema !== null && checkedInSlices.has(schema);
+}
+
+/** The size of a value for {@link DESCRIBED_PARTS}: 1, or more than the bound for a long text. */
+function weightOf(value: unknown): number {
+  return typeof value === 'string' && value.length > DESCRIBED_TEXT ? DESCRIBED_PARTS + 1 : 1;
+}
+
+/**
+ * Whether every problem of `value` may be listed: its keys and list elements and those of the values
+ * it holds (two levels: a Resource's fields, and its facets' lists), each long text counted past the
+ * bound. Stops counting at the bound.
+ */
+function describable(value: unknown): boolean {
+  if (typeof value !== 'object' || value === null) return weightOf(value) <= DESCRIBED_PARTS;
+  let parts = 0;
+  for (const inner of Array.isArray(value) ? value : Object.values(value)) {
+    parts += 1;
+    if (typeof inner === 'object' && inner !== null) {
+      for (const leaf of Array.isArray(inner) ? inner : Object.values(inner)) {
+        parts += weightOf(leaf);
+        if (parts > DESCRIBED_PARTS) return false;
+      }
+    } else {
+      parts += weightOf(inner) - 1;
+    }
+    if (parts > DESCRIBED_PARTS) return false;
+  }
+  return true;
+}
+
+/** Every problem of a describable value, or the first one (already found by `first`) otherwise. */
+function problemsOf(first: Validate, every: Validate, value: unknown): AjvError[] {
+  if (describable(value)) {
+    try {
+      if (!every(value)) return every.errors ?? [];
+    } catch {
+      // A pattern that gives up on its input: the first problem is still known.
+    }
+  }
+  return first.errors ?? [];
+}
+
+/**
+ * A request body checked against its schema by its route rather than by Fastify's validator, which
+ * checks a body in one go with every problem: here checking never holds the event loop for long nor
+ * collects more problems than an answer lists (D20). The fields first; then, for a body with a long
+ * list (a published Catalog's Resources), the list's length (413 past the deployment's cap) and each
+ * element, turning the event loop between slices; checking stops at the 21st problem. The schema is
+ * the route's, whole, for the document and the types (`isCheckedInSlices` tells the app's validator
+ * to leave it alone).
+ */
+export class SlicedBody<T extends TObject> {
+  private readonly headFirst: Validate;
+  private readonly headEvery: Validate;
+  private readonly item: { readonly first: Validate; readonly every: Validate } | undefined;
+
+  /** @param listField the long list, checked element by element; none for a body of fields alone. */
+  constructor(
+    readonly schema: T,
+    private readonly listField?: keyof T['properties'] & string,
+  ) {
+    // The fields around the list, and the list as a list of anything: its elements come one by one.
+    const head =
+      listField === undefined
+        ? schema
+        : Type.Object(
+            { ...schema.properties, [listField]: Type.Array(Type.Unknown()) },
+            { additionalProperties: schema.additionalProperties },
+          );
+    this.headFirst = compile(head, false);
+    this.headEvery = compile(head, true);
+    if (listField !== undefined) {
+      const items = (schema.properties[listField] as TSchema & { items: TSchema }).items;
+      this.item = { first: compile(items, false), every: compile(items, true) };
+    }
+    checkedInSlices.add(schema);
+  }
+
+  /**
+   * Resolves with the body when it is valid; otherwise throws {@link InputError} (400) naming up to 21
+   * fields, or {@link ContentTooLargeError} (413) when the list holds more than `maxItems`.
+   */
+  async check(body: unknown, maxItems = Number.POSITIVE_INFINITY): Promise<Static<T>> {
+    const problems: InputProblem[] = [];
+    let stoppedEarly = false;
+    const full = () => problems.length >= MAX_CHECKED_PROBLEMS;
+    // `first` has just refused the value: its one problem is known whatever the value's size.
+    const describe = (first: Validate, every: Validate, value: unknown, at: string) => {
+      const errors = problemsOf(first, every, value).map((error) => ({
+        ...error,
+        instancePath: at + error.instancePath,
+      }));
+      for (const problem of onePerField('body', errors)) {
+        if (full()) {
+          stoppedEarly = true;
+          return;
+        }
+        problems.push(problem);
+      }
+    };
+
+    if (!this.headFirst(body)) describe(this.headFirst, this.headEvery, body, '');
+    const { item, listField } = this;
+    const list = listField === undefined ? undefined : (body as Record<string, unknown> | null)?.[listField];
+    if (item === undefined || !Array.isArray(list)) {
+      if (problems.length > 0) throw new InputError(problems, stoppedEarly);
+      return body as Static<T>;
+    }
+    if (list.length > maxItems) {
+      throw new ContentTooLargeError(
+        `${listField} holds ${list.length} items; one request may hold at most ${maxItems}`,
+      );
+    }
+    let index = 0;
+    for (; index < list.length && !full(); index++) {
+      const element = list[index];
+      if (!item.first(element)) describe(item.first, item.every, element, `/${listField}/${index}`);
+      await yieldIfBusy();
+    }
+    if (index < list.length) stoppedEarly = true;
+    if (problems.length > 0) throw new InputError(problems, stoppedEarly);
+    return body as Static<T>;
+  }
+}
