@@ -3,6 +3,7 @@ import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';
 import { ConflictError, PreconditionFailedError } from '../errors.js';
 import { catalogWriteDuration, catalogWrites, secondsSince } from '../observability/metrics.js';
+import { nextTurn, yieldIfBusy } from '../pace.js';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import { ImportValidationError } from './import-error.js';
 import { type ImportReport, summarize } from './import-report.js';
@@ -87,7 +88,7 @@ export interface ApplyOptions {
    * Checked against what is stored, first when planning and again inside the transaction: throwing
    * refuses the change with nothing written (D23's `If-Match`).
    */
-  readonly precondition?: (state: NamespaceState) => void;
+  readonly precondition?: (state: NamespaceState) => void | Promise<void>;
   /** Runs inside the transaction once the plan is written: what must commit with it (D23's audit). */
   readonly withinTransaction?: (trx: Db, plan: ImportPlan) => Promise<void>;
   /** The way in, for the metrics: `playbook import` (the default) or publishing over HTTP. */
@@ -151,16 +152,16 @@ async function applyTreeOnce(deps: ImportDeps, tree: ImportTree, options: ApplyO
   const planOptions = { owner, now: (options.now ?? (() => new Date().toISOString()))() };
   const stateOf = async (db: Db) => {
     const state = await loadNamespaceState(db, owner, slugs);
-    options.precondition?.(state);
+    await options.precondition?.(state);
     return state;
   };
 
   // Planned first outside any transaction, so that an unchanged tree or a dry run opens no write.
   const plannedAt = await readDataGeneration(deps.db);
-  const preview = planImport(tree, await stateOf(deps.db), planOptions);
+  const preview = await planImport(tree, await stateOf(deps.db), planOptions);
   if (preview.refusals.length > 0) throw new ImportValidationError(preview.refusals, 'immutable');
   if (options.dryRun || planIsEmpty(preview)) {
-    return { report: reportOf(preview, options.dryRun === true), plan: preview };
+    return { report: await reportOf(preview, options.dryRun === true), plan: preview };
   }
 
   const stored = new Set<string>();
@@ -177,15 +178,18 @@ async function applyTreeOnce(deps: ImportDeps, tree: ImportTree, options: ApplyO
         .setIsolationLevel('serializable')
         .execute(async (trx) => {
           const unchanged = (await readDataGeneration(trx)) === plannedAt;
-          const plan = unchanged ? preview : planImport(tree, await stateOf(trx), planOptions);
+          const plan = unchanged ? preview : await planImport(tree, await stateOf(trx), planOptions);
           // Checked again under the transaction: a write that got in since the preview may have made it false.
           if (unchanged && options.precondition)
-            options.precondition(await loadNamespaceState(trx, owner, slugs));
+            await options.precondition(await loadNamespaceState(trx, owner, slugs));
           if (plan.refusals.length > 0) throw new ImportValidationError(plan.refusals, 'immutable');
           if (planIsEmpty(plan)) return plan;
           await storeObjects(deps.objectStore, plan, stored, onProgress, created);
           await writePlan(trx, plan, onProgress);
           await options.withinTransaction?.(trx, plan);
+          // The commit of a large write is tens of milliseconds on SQLite, whose driver runs it on
+          // this thread: it starts a slice of its own (D20).
+          await nextTurn();
           return plan;
         });
     let applied: ImportPlan | undefined;
@@ -200,7 +204,7 @@ async function applyTreeOnce(deps: ImportDeps, tree: ImportTree, options: ApplyO
       }
     }
     if (!planIsEmpty(applied)) await deps.changes?.announce();
-    return { report: reportOf(applied, false), plan: applied };
+    return { report: await reportOf(applied, false), plan: applied };
   } catch (error) {
     await removeUnnamed(deps, created);
     throw error;
@@ -241,15 +245,23 @@ function isWriteConflict(error: unknown): boolean {
   return ['SQLITE_BUSY', 'SQLITE_BUSY_SNAPSHOT', '40001', '40P01'].includes(String(code));
 }
 
-function reportOf(plan: ImportPlan, dryRun: boolean): ImportReport {
-  const objects = new Set(
-    plan.newVersions.filter((v) => v.row.storage_backend === 'object-storage').map((v) => v.row.content_hash),
-  );
+/** The report of a plan; the lines of 100,000 Resources are made a slice at a time (D20). */
+async function reportOf(plan: ImportPlan, dryRun: boolean): Promise<ImportReport> {
+  const objects = new Set<string>();
+  const lines: string[] = [];
+  for (const version of plan.newVersions) {
+    if (version.storageBackend === 'object-storage') objects.add(version.contentHash);
+    await yieldIfBusy();
+  }
+  for (const line of plan.lines) {
+    lines.push(typeof line === 'string' ? line : line.line());
+    await yieldIfBusy();
+  }
   const counts = { ...plan.counts, objectsStored: objects.size };
   return {
     dryRun,
     changed: !planIsEmpty(plan),
-    lines: plan.lines.map((line) => (typeof line === 'string' ? line : line.line())),
+    lines,
     counts,
     summary: summarize(counts, dryRun),
   };

@@ -1,4 +1,5 @@
 import type { CatalogRow, Db, ResourceRow, ResourceVersionRow } from '../db/tables.js';
+import { yieldIfBusy } from '../pace.js';
 import { chunk, MAX_IN_LIST } from './batches.js';
 
 /** Whose Catalogs an import writes: the service's own, or one account's. */
@@ -9,7 +10,12 @@ export interface CurrentCatalogVersion {
   readonly id: string;
   readonly version: string;
   readonly manifestHash: string;
-  readonly pins: string;
+  /**
+   * Its pins' JSON text, read when asked for: tens of megabytes for a large Catalog, and needed only
+   * to say which pins changed under an unchanged label. Read through the same connection (or
+   * transaction) as the rest of the state, while it is open.
+   */
+  pins(): Promise<string>;
 }
 
 export interface ResourceState {
@@ -33,8 +39,7 @@ export interface NamespaceState {
 }
 
 /**
- * Loads, in a fixed handful of queries whatever the tree's size, what the planner compares the tree
- * with: the Catalogs of `owner` whose slugs are in `catalogSlugs`, their current and past version
+ * Loads, in a handful of queries per thousand Resources, what the planner compares the tree with: the Catalogs of `owner` whose slugs are in `catalogSlugs`, their current and past version
  * labels, their Resources, the Resources' current versions and past labels.
  *
  * @example
@@ -63,61 +68,27 @@ export async function loadNamespaceState(
   const catalogIds = catalogRows.map((row) => row.id);
   const currentCatalogVersionIds = catalogRows.flatMap((row) => row.current_version_id ?? []);
 
-  const [catalogLabels, currentCatalogVersions, resourceRows, currentVersions, resourceLabels] =
-    await Promise.all([
-      inLists(catalogIds, (ids) =>
-        db
-          .selectFrom('catalog_versions')
-          .select(['catalog_id', 'version'])
-          .where('catalog_id', 'in', ids)
-          .execute(),
-      ),
-      inLists(currentCatalogVersionIds, (ids) =>
-        db
-          .selectFrom('catalog_versions')
-          .select(['id', 'version', 'manifest_hash', 'pins'])
-          .where('id', 'in', ids)
-          .execute(),
-      ),
-      inLists(catalogIds, (ids) =>
-        db.selectFrom('resources').selectAll().where('catalog_id', 'in', ids).execute(),
-      ),
-      inLists(catalogIds, (ids) =>
-        db
-          .selectFrom('resource_versions as v')
-          .innerJoin('resources as r', 'r.current_version_id', 'v.id')
-          .selectAll('v')
-          .where('r.catalog_id', 'in', ids)
-          .execute(),
-      ),
-      inLists(catalogIds, (ids) =>
-        db
-          .selectFrom('resource_versions as v')
-          .innerJoin('resources as r', 'r.id', 'v.resource_id')
-          .select(['v.resource_id', 'v.version'])
-          .where('r.catalog_id', 'in', ids)
-          .execute(),
-      ),
-    ]);
-
+  const [catalogLabels, currentCatalogVersions] = await Promise.all([
+    inLists(catalogIds, (ids) =>
+      db
+        .selectFrom('catalog_versions')
+        .select(['catalog_id', 'version'])
+        .where('catalog_id', 'in', ids)
+        .execute(),
+    ),
+    inLists(currentCatalogVersionIds, (ids) =>
+      db
+        .selectFrom('catalog_versions')
+        .select(['id', 'version', 'manifest_hash'])
+        .where('id', 'in', ids)
+        .execute(),
+    ),
+  ]);
   const catalogLabelsById = groupLabels(catalogLabels.map((row) => [row.catalog_id, row.version]));
   const catalogVersionsById = new Map(currentCatalogVersions.map((row) => [row.id, row]));
-  const resourceLabelsById = groupLabels(resourceLabels.map((row) => [row.resource_id, row.version]));
-  const versionsById = new Map(currentVersions.map((row) => [row.id, row]));
 
   const resourcesByCatalog = new Map<string, Map<string, ResourceState>>();
-  for (const row of resourceRows) {
-    const bySlug = resourcesByCatalog.get(row.catalog_id) ?? new Map<string, ResourceState>();
-    resourcesByCatalog.set(row.catalog_id, bySlug);
-    const currentVersion =
-      row.current_version_id === null ? undefined : versionsById.get(row.current_version_id);
-    bySlug.set(row.slug, {
-      row,
-      ...(currentVersion ? { currentVersion } : {}),
-      labels: resourceLabelsById.get(row.id) ?? new Set(),
-    });
-  }
-
+  for (const catalogId of catalogIds) resourcesByCatalog.set(catalogId, await resourceStates(db, catalogId));
   const catalogs = new Map<string, CatalogState>();
   for (const row of catalogRows) {
     const version =
@@ -130,7 +101,14 @@ export async function loadNamespaceState(
               id: version.id,
               version: version.version,
               manifestHash: version.manifest_hash,
-              pins: version.pins,
+              pins: async () =>
+                (
+                  await db
+                    .selectFrom('catalog_versions')
+                    .select('pins')
+                    .where('id', '=', version.id)
+                    .executeTakeFirstOrThrow()
+                ).pins,
             },
           }
         : {}),
@@ -139,6 +117,63 @@ export async function loadNamespaceState(
     });
   }
   return { accountExists, catalogs };
+}
+
+/**
+ * Resources read per page: a statement holds the event loop on SQLite, whose driver is synchronous,
+ * and a page of 500 Resources' current versions is tens of milliseconds just after a large commit.
+ */
+const STATE_PAGE = 500;
+
+/**
+ * A Catalog's Resources, with their current versions and every label they used, by slug. Read a
+ * page at a time along the (catalog, slug) key, turning the event loop between pages (D20): on SQLite
+ * one statement of 100,000 rows would hold every other request for its whole length.
+ */
+async function resourceStates(db: Db, catalogId: string): Promise<Map<string, ResourceState>> {
+  const bySlug = new Map<string, ResourceState>();
+  let after: string | undefined;
+  for (;;) {
+    // SQLite's statements resolve without a turn of the event loop: the turn is given here.
+    await yieldIfBusy();
+    const rows = await db
+      .selectFrom('resources')
+      .selectAll()
+      .where('catalog_id', '=', catalogId)
+      .$if(after !== undefined, (query) => query.where('slug', '>', after as string))
+      .orderBy('slug')
+      .limit(STATE_PAGE)
+      .execute();
+    if (rows.length === 0) return bySlug;
+    const currentIds = rows.flatMap((row) => row.current_version_id ?? []);
+    const [currentVersions, labels] = await Promise.all([
+      currentIds.length === 0
+        ? []
+        : db.selectFrom('resource_versions').selectAll().where('id', 'in', currentIds).execute(),
+      db
+        .selectFrom('resource_versions')
+        .select(['resource_id', 'version'])
+        .where(
+          'resource_id',
+          'in',
+          rows.map((row) => row.id),
+        )
+        .execute(),
+    ]);
+    const versionsById = new Map(currentVersions.map((row) => [row.id, row]));
+    const labelsById = groupLabels(labels.map((row) => [row.resource_id, row.version]));
+    for (const row of rows) {
+      const currentVersion =
+        row.current_version_id === null ? undefined : versionsById.get(row.current_version_id);
+      bySlug.set(row.slug, {
+        row,
+        ...(currentVersion ? { currentVersion } : {}),
+        labels: labelsById.get(row.id) ?? new Set(),
+      });
+    }
+    if (rows.length < STATE_PAGE) return bySlug;
+    after = rows[rows.length - 1]!.slug;
+  }
 }
 
 /** Runs `query` over slices of `values` small enough for one `in (…)` list, and joins the results. */

@@ -7,6 +7,7 @@ import type {
   ResourceRow,
   ResourceVersionRow,
 } from '../db/tables.js';
+import { yieldIfBusy } from '../pace.js';
 import { FACET_KEYS, type Facets, type LifecycleStatus } from '../schemas/common.js';
 import type { ResourcePin } from '../schemas/playbook.js';
 import { CatalogPins, manifestHashOf, type PinSource, pinChanges } from './catalog-pins.js';
@@ -39,6 +40,15 @@ export class PlannedVersion {
 
   get source(): ResourceSource {
     return this.resource.source;
+  }
+
+  /** Where its content goes, and its hash, without making the row. */
+  get storageBackend(): TreeResource['storageBackend'] {
+    return this.resource.storageBackend;
+  }
+
+  get contentHash(): string {
+    return this.resource.contentHash;
   }
 
   get row(): Omit<ResourceVersionRow, 'manifest'> {
@@ -112,7 +122,9 @@ class NewResource implements PlannedResource, ReportLine {
 }
 
 /** A Catalog version to publish: its pins' JSON text is made when it is written. */
-export type PlannedCatalogVersion = Omit<CatalogVersionRow, 'pins'> & { readonly pins: () => string };
+export type PlannedCatalogVersion = Omit<CatalogVersionRow, 'pins'> & {
+  readonly pins: () => Promise<string>;
+};
 
 /**
  * Every write an import makes, worked out before any is made. Rows are complete: a row whose id
@@ -170,13 +182,18 @@ export function planIsEmpty(plan: ImportPlan): boolean {
  *   version used, is refused;
  * - a resource file that is gone archives its Resource; one that comes back un-archives it;
  * - a change of a Catalog's pins publishes a new Catalog version, which needs a new label.
- * Pure: it reads nothing and writes nothing, so a dry run is the same plan left unapplied.
+ * Pure: it reads nothing and writes nothing, so a dry run is the same plan left unapplied. It lets the
+ * event loop turn between Resources when it has held it for long (D20): a plan of 100,000 is seconds.
  *
  * @example
- * const plan = planImport(tree, await loadNamespaceState(db, owner, slugs), { owner, now: new Date().toISOString() });
+ * const plan = await planImport(tree, await loadNamespaceState(db, owner, slugs), { owner, now: new Date().toISOString() });
  * if (plan.refusals.length === 0 && !planIsEmpty(plan)) await writePlan(db, plan);
  */
-export function planImport(tree: ImportTree, state: NamespaceState, options: PlanOptions): ImportPlan {
+export function planImport(
+  tree: ImportTree,
+  state: NamespaceState,
+  options: PlanOptions,
+): Promise<ImportPlan> {
   return new Planner(options).plan(tree, state);
 }
 
@@ -208,7 +225,7 @@ class Planner {
     this.newId = options.newId ?? v7;
   }
 
-  plan(tree: ImportTree, state: NamespaceState): ImportPlan {
+  async plan(tree: ImportTree, state: NamespaceState): Promise<ImportPlan> {
     let accountToCreate: string | undefined;
     if (!state.accountExists && this.accountId !== null) {
       accountToCreate = this.accountId;
@@ -217,7 +234,7 @@ class Planner {
     }
     this.counts.catalogsRead = tree.catalogs.length;
     this.counts.resourceFilesRead = tree.resourceFileCount;
-    for (const catalog of tree.catalogs) this.planCatalog(catalog, state.catalogs.get(catalog.slug));
+    for (const catalog of tree.catalogs) await this.planCatalog(catalog, state.catalogs.get(catalog.slug));
     return {
       now: this.now,
       ...(accountToCreate === undefined ? {} : { accountToCreate }),
@@ -226,7 +243,7 @@ class Planner {
     };
   }
 
-  private planCatalog(catalog: TreeCatalog, existing: CatalogState | undefined): void {
+  private async planCatalog(catalog: TreeCatalog, existing: CatalogState | undefined): Promise<void> {
     const catalogId = existing?.row.id ?? this.newId();
     const ref = `${this.owner}/${catalog.slug}`;
     const headerAt = this.out.lines.length;
@@ -239,15 +256,17 @@ class Planner {
       const outcome = this.planResource(catalogId, ref, resource, existing?.resources.get(resource.slug));
       if (outcome === 'refused') refused = true;
       else if (resource.status === 'active') pinSources.push(outcome);
+      await yieldIfBusy();
     }
     if (catalog.resourcesOnly) return;
     for (const [slug, resource] of existing?.resources ?? []) {
       if (!inTree.has(slug)) this.archiveRemoved(ref, resource);
+      await yieldIfBusy();
     }
 
     // With a refused resource the pins are unknown; the import stops at the refusals anyway.
     let newVersion: PlannedCatalogVersion | undefined;
-    if (!refused) newVersion = this.planCatalogVersion(catalogId, catalog, existing, pinSources);
+    if (!refused) newVersion = await this.planCatalogVersion(catalogId, catalog, existing, pinSources);
 
     const row = this.planCatalogRow(catalogId, catalog, existing, newVersion);
     if (row) this.out.lines.splice(headerAt, 0, row);
@@ -327,21 +346,21 @@ class Planner {
     }
   }
 
-  private planCatalogVersion(
+  private async planCatalogVersion(
     catalogId: string,
     catalog: TreeCatalog,
     existing: CatalogState | undefined,
     sources: PinSource[],
-  ): PlannedCatalogVersion | undefined {
+  ): Promise<PlannedCatalogVersion | undefined> {
     const owner = this.owner;
     const pins = new CatalogPins(owner, catalog.slug, sources);
-    const manifestHash = manifestHashOf(pins);
+    const manifestHash = await manifestHashOf(pins);
     const current = existing?.currentVersion;
     if (current) {
       const pinsChanged = current.manifestHash !== manifestHash;
       if (current.version === catalog.version) {
         if (pinsChanged) {
-          const changes = pinChanges(JSON.parse(current.pins) as ResourcePin[], [...pins]);
+          const changes = pinChanges(JSON.parse(await current.pins()) as ResourcePin[], [...pins]);
           const shown =
             changes.slice(0, 5).join(', ') + (changes.length > 5 ? `, … ${changes.length - 5} more` : '');
           this.out.refusals.push(

@@ -2,6 +2,7 @@ import { createAccountIfAbsent } from '../accounts/accounts.js';
 import { advanceDataGeneration } from '../catalog/data-generation.js';
 import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';
+import { yieldIfBusy } from '../pace.js';
 import { chunk, MAX_IN_LIST, mapWithLimit, progressCounter, rowsPerInsert } from './batches.js';
 import type { ImportPlan, PlannedVersion } from './plan-import.js';
 import type { ResourceSource } from './read-tree.js';
@@ -91,7 +92,7 @@ export async function writePlan(
   for (const version of plan.catalogVersions) {
     await trx
       .insertInto('catalog_versions')
-      .values({ ...version, pins: version.pins() })
+      .values({ ...version, pins: await version.pins() })
       .execute();
   }
 
@@ -146,6 +147,8 @@ export async function writePlan(
       )
       .execute();
     resourcesWritten(rows.length);
+    // Other requests are answered between batches: a write of 100,000 Resources takes seconds (D20).
+    await yieldIfBusy();
     if (versions.length === 0) continue;
 
     await trx

@@ -30,7 +30,9 @@ import {
   type TreeCatalog,
   type TreeResource,
 } from '../import/read-tree.js';
-import type { Catalog } from '../schemas/playbook.js';
+import { yieldIfBusy } from '../pace.js';
+import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
+import type { Catalog, ResourcePin } from '../schemas/playbook.js';
 import type {
   PublishChanges,
   PublishedResource,
@@ -38,6 +40,7 @@ import type {
   PutCatalogBody,
   PutResourceBody,
 } from '../schemas/publish.js';
+import { parseJsonInSlices } from '../sliced-json.js';
 import { byText } from '../text-order.js';
 
 /** Who writes, and the preconditions their request carries (D23). */
@@ -117,7 +120,7 @@ class BodyResource implements TreeResource, ResourceSource {
  * The ETag of a Catalog as a writer sees it: a digest of its row and of every Resource's state, so
  * that any write to the Catalog or one of its Resources changes it.
  */
-export function catalogEtag(state: CatalogState): string {
+export async function catalogEtag(state: CatalogState): Promise<string> {
   const digest = createHash('sha256');
   const { row } = state;
   digest.update(`${row.id}\0${row.updated_at}\0${row.status}\0${row.current_version_id ?? ''}\n`);
@@ -126,6 +129,8 @@ export function catalogEtag(state: CatalogState): string {
     digest.update(
       `${slug}\0${resource.id}\0${resource.updated_at}\0${resource.status}\0${resource.current_version_id ?? ''}\n`,
     );
+    // A Catalog of 100,000 Resources is 100,000 digest updates (D20).
+    await yieldIfBusy();
   }
   return `"c${digest.digest('base64url').slice(0, 32)}"`;
 }
@@ -154,7 +159,8 @@ export class PublishService {
     const accountId = writerAccount(context.principal);
     const problems: InputProblem[] = [];
     const seen = new Map<string, number>();
-    const resources = body.resources.map((spec, index) => {
+    const resources: BodyResource[] = [];
+    for (const [index, spec] of body.resources.entries()) {
       const at = `resources[${index}]`;
       const first = seen.get(spec.slug);
       if (first !== undefined) {
@@ -162,8 +168,11 @@ export class PublishService {
       }
       seen.set(spec.slug, index);
       this.checkContent(spec, `${at}.content`, problems);
-      return new BodyResource(spec.slug, at, spec);
-    });
+      if (problems.length > MAX_LISTED_PROBLEMS) throw new InputError(problems, true);
+      resources.push(new BodyResource(spec.slug, at, spec));
+      // Digests of 100,000 contents and manifests are seconds of work (D20).
+      await yieldIfBusy();
+    }
     if (problems.length > 0) throw new InputError(problems);
     resources.sort(byText((resource) => resource.slug));
     const catalog: TreeCatalog = {
@@ -179,7 +188,7 @@ export class PublishService {
     let existed = false;
     const applied = await this.apply(context, accountId, catalog, dryRun, 'catalog.published', (state) => {
       existed = state.catalogs.has(slug);
-      checkPreconditions(context, state.catalogs.get(slug));
+      return checkPreconditions(context, state.catalogs.get(slug));
     });
     const stored = dryRun && !existed ? undefined : await this.storedCatalog(accountId, slug);
     return {
@@ -219,7 +228,7 @@ export class PublishService {
     const applied = await this.apply(context, accountId, catalog, false, 'resource.published', (state) => {
       const resource = state.catalogs.get(catalogSlug)?.resources.get(resourceSlug);
       existed = resource !== undefined;
-      checkPreconditions(
+      return checkPreconditions(
         context,
         state.catalogs.get(catalogSlug),
         resource ? resourceEtagOf(resource.row) : undefined,
@@ -264,7 +273,7 @@ export class PublishService {
       .setIsolationLevel('serializable')
       .execute(async (trx) => {
         const state = await this.catalogState(accountId, catalogSlug, trx);
-        checkPreconditions(context, state);
+        await checkPreconditions(context, state);
         const sources: PinSource[] = [];
         // CatalogPins puts the pins in slug order itself.
         for (const [slug, resource] of state.resources) {
@@ -279,7 +288,7 @@ export class PublishService {
           });
         }
         const pins = new CatalogPins('org', catalogSlug, sources);
-        const manifestHash = manifestHashOf(pins);
+        const manifestHash = await manifestHashOf(pins);
         // The state read above holds every label of the Catalog: only a used one is looked up.
         const same = state.labels.has(label)
           ? await trx
@@ -303,7 +312,7 @@ export class PublishService {
             id,
             catalog_id: state.row.id,
             version: label,
-            pins: pins.json(),
+            pins: await pins.json(),
             manifest_hash: manifestHash,
             resource_count: pins.count,
             published_at: at,
@@ -369,7 +378,7 @@ export class PublishService {
         const state = await this.catalogState(accountId, catalogSlug, trx);
         const resource = resourceSlug === undefined ? undefined : state.resources.get(resourceSlug);
         if (resourceSlug !== undefined && !resource) throw new NotFoundError('no such resource');
-        checkPreconditions(context, state, resource ? resourceEtagOf(resource.row) : undefined, true);
+        await checkPreconditions(context, state, resource ? resourceEtagOf(resource.row) : undefined, true);
         const table = resource ? 'resources' : 'catalogs';
         const row = resource ? resource.row : state.row;
         if (row.status === 'archived') return;
@@ -410,7 +419,7 @@ export class PublishService {
     catalog: TreeCatalog,
     dryRun: boolean,
     action: 'catalog.published' | 'resource.published',
-    precondition: (state: NamespaceState) => void,
+    precondition: (state: NamespaceState) => Promise<void>,
   ) {
     const options: ApplyOptions = {
       via: 'publish',
@@ -463,7 +472,13 @@ export class PublishService {
           .where('id', '=', state.row.current_version_id)
           .executeTakeFirst()
       : undefined;
-    return { state, catalog: toCatalog(state.row, version), etag: catalogEtag(state) };
+    // The pins of a large Catalog are megabytes of JSON: read a slice at a time (D20).
+    const catalog = toCatalog(state.row, version && { ...version, pins: '[]' });
+    if (version && catalog.currentVersion) {
+      catalog.currentVersion.resourcePins = (await parseJsonInSlices(version.pins)) as ResourcePin[];
+    }
+    const etag = await catalogEtag(state);
+    return { state, catalog, etag };
   }
 }
 
@@ -499,21 +514,19 @@ export function resourceEtagOf(row: {
  * `If-Match` and `If-None-Match: *` against what is stored (D23): the object's ETag is the Catalog's,
  * or the Resource's for a one-Resource write.
  */
-function checkPreconditions(
+async function checkPreconditions(
   context: WriteContext,
   catalog: CatalogState | undefined,
   resourceEtag?: string,
   resourceWrite = false,
-): void {
-  const current = resourceWrite ? resourceEtag : catalog ? catalogEtag(catalog) : undefined;
-  if (
-    context.ifNoneMatch !== undefined &&
-    entityTags(context.ifNoneMatch).includes('*') &&
-    current !== undefined
-  ) {
+): Promise<void> {
+  const exists = resourceWrite ? resourceEtag !== undefined : catalog !== undefined;
+  if (context.ifNoneMatch !== undefined && entityTags(context.ifNoneMatch).includes('*') && exists) {
     throw new PreconditionFailedError('If-None-Match: * asks to create, and this already exists');
   }
   if (context.ifMatch !== undefined) {
+    // Made only when asked for: a Catalog's ETag digests every one of its Resources.
+    const current = resourceWrite ? resourceEtag : catalog ? await catalogEtag(catalog) : undefined;
     const tags = entityTags(context.ifMatch);
     const holds = current !== undefined && (tags.includes('*') || tags.includes(current));
     if (!holds) {

@@ -4,7 +4,7 @@ import { canonicalJson, sha256Hex } from '../../src/content/hash.js';
 import { CatalogPins, manifestHashOf } from '../../src/import/catalog-pins.js';
 
 describe('manifestHashOf (D12)', () => {
-  it('hashes pin by pin exactly the canonical JSON of the pins, whatever their text', () => {
+  it('hashes pin by pin exactly the canonical JSON of the pins, whatever their text', async () => {
     const pin = fc.record({
       resourceId: fc.uuid(),
       resourceHumanRef: fc.string({ unit: 'binary' }),
@@ -12,9 +12,9 @@ describe('manifestHashOf (D12)', () => {
       version: fc.string({ unit: 'binary', minLength: 1, maxLength: 80 }),
       contentHash: fc.string({ unit: 'grapheme', minLength: 32, maxLength: 128 }),
     });
-    fc.assert(
-      fc.property(fc.array(pin, { maxLength: 20 }), (pins) => {
-        expect(manifestHashOf(pins)).toBe(sha256Hex(canonicalJson(pins)));
+    await fc.assert(
+      fc.asyncProperty(fc.array(pin, { maxLength: 20 }), async (pins) => {
+        expect(await manifestHashOf(pins)).toBe(sha256Hex(canonicalJson(pins)));
       }),
       { seed: 20261123, numRuns: 300 },
     );
@@ -30,7 +30,7 @@ describe('CatalogPins', () => {
     contentHash: 'f'.repeat(64),
   });
 
-  it('pins in byte order of slugs, and stores exactly the JSON text of their array', () => {
+  it('pins in byte order of slugs, and stores exactly the JSON text of their array', async () => {
     const pins = new CatalogPins('org', 'handbook', ['b', 'a-b', 'a', 'B'].map(source));
     expect([...pins].map((pin) => pin.resourceHumanRef)).toEqual([
       'org/handbook/B',
@@ -39,7 +39,7 @@ describe('CatalogPins', () => {
       'org/handbook/b',
     ]);
     expect(pins.count).toBe(4);
-    expect(pins.json()).toBe(JSON.stringify([...pins]));
-    expect(new CatalogPins('svc', 'empty', []).json()).toBe('[]');
+    expect(await pins.json()).toBe(JSON.stringify([...pins]));
+    expect(await new CatalogPins('svc', 'empty', []).json()).toBe('[]');
   });
 });
