@@ -88,6 +88,8 @@ export function createServices(
   const unobserve = observeAnswerCacheSize(() => answers.stats.bytes);
   const playbook = new PlaybookService(databases.reader, content, answers);
   const identity = createIdentity(config, databases.primary, logger, {
+    // SQLite's reader sees every commit at once (WAL); a PostgreSQL replica may lag a revocation.
+    ...(databases.dialect === 'sqlite' ? { lookups: databases.reader } : {}),
     ...options.identity,
     ...(redis ? { revocations: redis.revocations, rateCounter: redis.rateCounter } : {}),
   });

@@ -32,6 +32,12 @@ export interface IdentityOptions {
   readonly leakKeysRefetchAfterMs?: number;
   /** Told of every key event (D22), once committed. */
   readonly keyEvents?: (event: KeyEvent) => void | Promise<void>;
+  /**
+   * Where keys and plans are looked up when a request is authenticated: the primary by default. A
+   * connection that sees every commit at once and never waits for a write transaction (SQLite's
+   * reader) keeps authentication answering while a large write holds the primary (D20).
+   */
+  readonly lookups?: Db;
 }
 
 /** Identity and access (D7-D10) as one unit: what the app, the CLI and the tests compose. */
@@ -66,7 +72,8 @@ export function createIdentity(
   const hasher = options.hasher ?? sha256Hasher;
   const revocations = options.revocations ?? new InProcessBroadcast();
   const usage = new UsageRecorder(db, logger, options.usageFlushIntervalMs);
-  const storage: ApiKeyLookup = { find: (keyId) => findApiKeyWithPlan(db, keyId) };
+  const lookups = options.lookups ?? db;
+  const storage: ApiKeyLookup = { find: (keyId) => findApiKeyWithPlan(lookups, keyId) };
   const verifier = new ApiKeyVerifier({
     lookup: options.keyLookup ? options.keyLookup(storage) : storage,
     hasher,
@@ -88,7 +95,7 @@ export function createIdentity(
     ? AccessTokenVerifier.embedded(signer, claims)
     : AccessTokenVerifier.remote(config.jwt.jwksUrl!, claims, options.jwks);
   const rateLimits = new RateLimits(config.rateLimit, options.rateCounter ?? new MemoryRateCounter(now));
-  const authenticator = new CredentialAuthenticator(verifier, tokens, new AccountPlans(db, now));
+  const authenticator = new CredentialAuthenticator(verifier, tokens, new AccountPlans(lookups, now));
   const audit = new AuditLog(db);
   const keys = new ApiKeyService(db, {
     environment: config.environment,

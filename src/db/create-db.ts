@@ -16,6 +16,7 @@ import { databaseDuration, observePool } from '../observability/metrics.js';
 import { tracing } from '../observability/tracing.js';
 import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../private-files.js';
 import { translatingPool } from './postgres-errors.js';
+import { SqliteCheckpointer } from './sqlite-checkpointer.js';
 import type { Database, Db, Dialect } from './tables.js';
 
 export interface Databases {
@@ -27,7 +28,7 @@ export interface Databases {
   close(): Promise<void>;
 }
 
-function openSqlite(file: string): Db {
+function openSqlite(file: string, role: 'primary' | 'reader' = 'primary'): Db {
   if (file !== ':memory:') {
     fs.mkdirSync(path.dirname(file), { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
     // Created here rather than by SQLite, which would use 0644; its -wal and -shm files copy this mode.
@@ -39,9 +40,11 @@ function openSqlite(file: string): Db {
   connection.pragma('synchronous = FULL');
   connection.pragma('foreign_keys = ON');
   connection.pragma('busy_timeout = 5000');
+  // The primary's checkpoints are the checkpointer's (sqlite-checkpointer.ts); a reader makes none.
+  if (role === 'primary' && file !== ':memory:') connection.pragma('wal_autocheckpoint = 0');
   return new Kysely<Database>({
     dialect: new SqliteDialect({ database: withStatementCache(connection) }),
-    log: timed('primary'),
+    log: timed(role),
   });
 }
 
@@ -65,9 +68,12 @@ function timed(database: 'primary' | 'reader'): (event: LogEvent) => void {
  * each process loads the one its runtime takes. They have the same API.
  */
 export function sqliteDriver(): typeof SqliteDatabase {
-  const major = Number(process.versions.node.split('.')[0]);
   const require = createRequire(import.meta.url);
-  return require(major >= 22 ? 'better-sqlite3-napi' : 'better-sqlite3') as typeof SqliteDatabase;
+  return require(sqliteDriverName()) as typeof SqliteDatabase;
+}
+
+function sqliteDriverName(): string {
+  return Number(process.versions.node.split('.')[0]) >= 22 ? 'better-sqlite3-napi' : 'better-sqlite3';
 }
 
 /** Distinct statements kept prepared: the service issues a few dozen shapes, `in` lists aside. */
@@ -156,8 +162,24 @@ export function createDatabases(
   limits: PostgresLimits = DEFAULT_POSTGRES_LIMITS,
 ): Databases {
   if (config.kind === 'sqlite') {
-    const db = openSqlite(config.path);
-    return { primary: db, reader: db, dialect: 'sqlite', close: () => db.destroy() };
+    const primary = openSqlite(config.path);
+    // A connection of its own for reads: SQLite's driver runs one statement at a time per connection,
+    // so reads on the writer's connection would wait out a long write transaction (a publish of
+    // 100,000 Resources is seconds of it, D20). In WAL mode a reader sees every committed write and
+    // is never blocked by the writer. An in-memory database is one connection's alone.
+    const inMemory = config.path === ':memory:';
+    const reader = inMemory ? primary : openSqlite(config.path, 'reader');
+    const checkpointer = inMemory ? undefined : new SqliteCheckpointer(config.path, sqliteDriverName());
+    return {
+      primary,
+      reader,
+      dialect: 'sqlite',
+      close: async () => {
+        await checkpointer?.stop();
+        if (reader !== primary) await reader.destroy();
+        await primary.destroy();
+      },
+    };
   }
   const primary = openPostgres(config.url, 'primary', limits);
   const reader = config.readUrl ? openPostgres(config.readUrl, 'reader', limits) : primary;
