@@ -5,7 +5,7 @@
  * as `npm start` does (`playbook serve`, default log level, as a process of its own, with its metrics
  * listener on and scraped every second) and a floor (see floor.ts) that sends the very answers captured
  * from the service. The last row holds the service against a second instance without metrics: what
- * metrics cost (D25). Each server in turn gets core 0 and wrk (50 connections) core 1. Prints req/s,
+ * metrics cost (D25). Then a large publish, and what it costs the rest (publish.ts, D20). Each server in turn gets core 0 and wrk (50 connections) core 1. Prints req/s,
  * p50 and p99 of both and the service's ratio to the floor, and exits 1 when a target is missed. Absolute numbers move by a fifth from run to run on a shared
  * machine; the ratios much less.
  *
@@ -21,6 +21,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import type { FloorRoute } from './floor.js';
+import { benchPublish } from './publish.js';
 import {
   cli,
   createReadKey,
@@ -321,6 +322,7 @@ async function main(): Promise<number> {
     if (floorProcess) await stop(floorProcess);
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
+  failures += await benchPublish(inherited);
   console.log(failures === 0 ? 'all targets met' : `${failures} target(s) missed`);
   return failures === 0 ? 0 : 1;
 }

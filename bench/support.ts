@@ -122,13 +122,17 @@ export function cli(args: readonly string[], env: NodeJS.ProcessEnv): string {
   }).toString();
 }
 
-/** An API key with `playbook:read` for account `bench`, minted through the API as a user would. */
-export async function createReadKey(base: string, env: NodeJS.ProcessEnv): Promise<string> {
+/** An API key with `playbook:read` (or the scopes given) for account `bench`, minted through the API as a user would. */
+export async function createReadKey(
+  base: string,
+  env: NodeJS.ProcessEnv,
+  scopes: readonly string[] = ['playbook:read'],
+): Promise<string> {
   const token = cli(['token', '--user', 'bench', '--account', 'bench'], env).trim();
   const created = await fetch(`${base}/v3/identity/api-keys`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ name: 'bench', accountId: 'bench', scopes: ['playbook:read'] }),
+    body: JSON.stringify({ name: 'bench', accountId: 'bench', scopes }),
   });
   if (created.status !== 201) throw new Error(`key creation answered ${created.status}`);
   return ((await created.json()) as { key: string }).key;
