@@ -1,3 +1,4 @@
+import { PostgresAdapter, sql } from 'kysely';
 import { createAccountIfAbsent } from '../accounts/accounts.js';
 import { advanceDataGeneration } from '../catalog/data-generation.js';
 import type { ContentStore } from '../content/content-store.js';
@@ -16,6 +17,8 @@ const READ_CONCURRENCY = 16;
  * let go before the next, so an import of any size holds one batch of them at a time.
  */
 const WRITE_BATCH = 100;
+/** New versions from which a write on PostgreSQL plans each foreign-key check afresh (see writePlan). */
+const CUSTOM_PLANS_FROM = 1000;
 
 /**
  * Puts the plan's `object-storage` contents into the object store, skipping hashes in `alreadyStored`
@@ -94,6 +97,14 @@ export async function writePlan(
       .insertInto('catalog_versions')
       .values({ ...version, pins: await version.pins() })
       .execute();
+  }
+
+  if (plan.newVersions.length >= CUSTOM_PLANS_FROM && trx.getExecutor().adapter instanceof PostgresAdapter) {
+    // Each new version's row is checked against its Resource (a foreign key), by a query PostgreSQL
+    // plans once per connection and keeps: planned while the Resources inserted so far were few, it
+    // scans the table, and a write of 100,000 reads 5 billion rows. Planned for each row instead,
+    // it looks the Resource up by its key.
+    await sql`set local plan_cache_mode = force_custom_plan`.execute(trx);
   }
 
   // Resources in batches, each with the new versions that name them: a batch's manifests and
