@@ -15,7 +15,7 @@ import {
   PreconditionFailedError,
 } from '../errors.js';
 import { entityTags } from '../http/answer.js';
-import { CatalogPins, manifestHashOf, type PinSource } from '../import/catalog-pins.js';
+import { CatalogPins, manifestHashOf, type PinSource, readStoredPins } from '../import/catalog-pins.js';
 import { tooLarge } from '../import/content-file.js';
 import { ImportValidationError } from '../import/import-error.js';
 import type { ImportCounts } from '../import/import-report.js';
@@ -32,7 +32,7 @@ import {
 } from '../import/read-tree.js';
 import { yieldIfBusy } from '../pace.js';
 import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
-import type { Catalog, ResourcePin } from '../schemas/playbook.js';
+import type { Catalog } from '../schemas/playbook.js';
 import type {
   PublishChanges,
   PublishedResource,
@@ -40,7 +40,6 @@ import type {
   PutCatalogBody,
   PutResourceBody,
 } from '../schemas/publish.js';
-import { parseJsonInSlices } from '../sliced-json.js';
 import { byText } from '../text-order.js';
 
 /** Who writes, and the preconditions their request carries (D23). */
@@ -468,14 +467,14 @@ export class PublishService {
     const version = state.row.current_version_id
       ? await this.deps.db
           .selectFrom('catalog_versions')
-          .select(['id', 'version', 'pins', 'manifest_hash', 'resource_count', 'published_at'])
+          .select(['id', 'version', 'manifest_hash', 'resource_count', 'published_at'])
           .where('id', '=', state.row.current_version_id)
           .executeTakeFirst()
       : undefined;
-    // The pins of a large Catalog are megabytes of JSON: read a slice at a time (D20).
+    // The pins of a large Catalog are megabytes of JSON: read apart, a slice at a time (D20).
     const catalog = toCatalog(state.row, version && { ...version, pins: '[]' });
     if (version && catalog.currentVersion) {
-      catalog.currentVersion.resourcePins = (await parseJsonInSlices(version.pins)) as ResourcePin[];
+      catalog.currentVersion.resourcePins = await readStoredPins(this.deps.db, version.id);
     }
     const etag = await catalogEtag(state);
     return { state, catalog, etag };
