@@ -4,16 +4,20 @@
  * started as `npm start` starts it. For each: the answer's time, the worst event-loop delay inside the
  * service while it ran (`nodejs_eventloop_lag_max_seconds`, which prom-client reads from
  * `perf_hooks.monitorEventLoopDelay` and resets at every scrape), the longest wait of a reader of
- * another account asking every 50 ms, and the service's peak RSS, with the goals beside.
+ * another account asking every 50 ms, and the service's peak RSS, with the goals beside. On SQLite
+ * and on PostgreSQL (a throwaway cluster, as the test suite starts it); BENCH_PUBLISH_STACKS
+ * (`sqlite,postgres`) says which.
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { type PostgresServer, startPostgres } from '../test/helpers/servers.js';
 import { createReadKey, freePort, peakRssMb, startService, stop, waitForReady } from './support.js';
 
 const RESOURCES = Number(process.env.BENCH_PUBLISH_RESOURCES ?? 100_000);
 const WRONG_RESOURCES = 60_000;
+const STACKS = (process.env.BENCH_PUBLISH_STACKS ?? 'sqlite,postgres').split(',');
 /** D20's goals for a valid publish of 100,000 Resources. */
 const MAX_DELAY_MS = 100;
 const MAX_RSS_MB = 300;
@@ -84,10 +88,29 @@ async function publishOnce(
   return { status: answer.status, seconds, delayMs: await lagMaxMs(metrics), readerWaitMs };
 }
 
-/** Runs the publish benchmark; returns how many goals were missed. */
+/** Runs the publish benchmark on each stack; returns how many goals were missed. */
 export async function benchPublish(inherited: NodeJS.ProcessEnv): Promise<number> {
+  let missed = 0;
+  for (const stack of STACKS) missed += await benchPublishOn(stack, inherited);
+  return missed;
+}
+
+async function benchPublishOn(stack: string, inherited: NodeJS.ProcessEnv): Promise<number> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-bench-publish-'));
-  const env = { ...inherited, PLAYBOOK_DATA_DIR: dataDir, PLAYBOOK_RATE_LIMIT_MAX: '1000000000' };
+  const env: NodeJS.ProcessEnv = {
+    ...inherited,
+    PLAYBOOK_DATA_DIR: dataDir,
+    PLAYBOOK_RATE_LIMIT_MAX: '1000000000',
+  };
+  let postgres: PostgresServer | undefined;
+  if (stack === 'postgres') {
+    postgres = await startPostgres();
+    const admin = new (await import('pg')).default.Client({ connectionString: postgres.adminUrl });
+    await admin.connect();
+    await admin.query('CREATE DATABASE playbook');
+    await admin.end();
+    env.PLAYBOOK_DATABASE_URL = postgres.urlFor('playbook');
+  }
   const port = await freePort();
   const metricsPort = await freePort();
   const base = `http://127.0.0.1:${port}`;
@@ -106,7 +129,7 @@ export async function benchPublish(inherited: NodeJS.ProcessEnv): Promise<number
     const line = (name: string, bytes: number, outcome: Outcome) =>
       `${name} (${(bytes / 1e6).toFixed(1)} MB): ${outcome.status} in ${outcome.seconds.toFixed(2)} s; ` +
       `worst event-loop delay ${outcome.delayMs.toFixed(0)} ms; a reader's longest wait ${outcome.readerWaitMs.toFixed(0)} ms`;
-    console.log(`publishing (D20), one service started idle at ${idleMb.toFixed(0)} MB RSS:`);
+    console.log(`publishing on ${stack} (D20), one service started idle at ${idleMb.toFixed(0)} MB RSS:`);
     console.log(`  ${line(`${WRONG_RESOURCES} wrong Resources`, wrong.length, refused)}`);
     console.log(`  ${line(`${RESOURCES} valid Resources`, valid.length, published)}`);
     const verdicts = [
@@ -123,6 +146,7 @@ export async function benchPublish(inherited: NodeJS.ProcessEnv): Promise<number
     }
   } finally {
     await stop(service);
+    await postgres?.destroy();
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
   return missed;
