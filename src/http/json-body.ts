@@ -22,8 +22,40 @@ export async function parseJsonBody(body: Buffer): Promise<unknown> {
     if (error instanceof TooDeepError) {
       throw InputError.of('body', error.path || '(body)', `nests deeper than ${MAX_JSON_DEPTH} levels`);
     }
-    throw InputError.of('body', '(body)', `is not valid JSON (${(error as Error).message})`);
+    throw InputError.of('body', '(body)', `is not valid JSON${whereOf(error)}`);
   }
+}
+
+/** What the parser names a token, in the words of JSON. */
+const TOKEN_WORDS: Readonly<Record<string, string>> = {
+  LEFT_BRACE: '"{"',
+  RIGHT_BRACE: '"}"',
+  LEFT_BRACKET: '"["',
+  RIGHT_BRACKET: '"]"',
+  COLON: '":"',
+  COMMA: '","',
+  TRUE: 'true',
+  FALSE: 'false',
+  NULL: 'null',
+  STRING: 'string',
+  NUMBER: 'number',
+};
+
+/**
+ * Where and how the JSON text went wrong, as the parser's message says it but without the text it
+ * quotes: that may be megabytes of the body (a whole string), or a credential.
+ */
+function whereOf(error: unknown): string {
+  const message = error instanceof Error ? error.message : '';
+  const position = /absolute position "(\d+)"/.exec(message);
+  if (position) return ` (unexpected character at ${position[1]})`;
+  const token = /^Unexpected ([A-Z_]+) /.exec(message)?.[1];
+  if (token) {
+    return / in state ENDED$/.test(message)
+      ? ' (more follows the value)'
+      : ` (unexpected ${TOKEN_WORDS[token] ?? 'value'})`;
+  }
+  return ' (it ends early)';
 }
 
 /** Fastify's content-type parser over {@link parseJsonBody}. */

@@ -53,6 +53,15 @@ const TITLES: Record<ProblemCode, string> = {
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
 /**
+ * A text about to be cut to `max`, first cut to a little more, so that redacting it costs what the
+ * answer shows, not what the request sent: enough is kept past `max` for a credential that starts
+ * before the cut to be recognised whole.
+ */
+function bounded(text: string, max: number): string {
+  return text.length > max + 4096 ? text.slice(0, max + 4096) : text;
+}
+
+/**
  * A problem document. Its texts may quote the request (a parameter's name, a value, a path, what a
  * framework error says): a credential-shaped run in them is written `[redacted]` before any is cut,
  * so that no part of one is shown (D21).
@@ -69,14 +78,14 @@ export function problem(
     title: TITLES[code],
     status,
     code,
-    detail: cut(redactCredentials(detail), MAX_PROBLEM_DETAIL),
+    detail: cut(redactCredentials(bounded(detail, MAX_PROBLEM_DETAIL)), MAX_PROBLEM_DETAIL),
     requestId,
     ...(errors && errors.length > 0
       ? {
           errors: errors.map((e) => ({
             in: e.in,
-            name: cut(redactCredentials(e.name), MAX_PROBLEM_TEXT),
-            message: cut(redactCredentials(e.message), MAX_PROBLEM_TEXT),
+            name: cut(redactCredentials(bounded(e.name, MAX_PROBLEM_TEXT)), MAX_PROBLEM_TEXT),
+            message: cut(redactCredentials(bounded(e.message, MAX_PROBLEM_TEXT)), MAX_PROBLEM_TEXT),
           })),
         }
       : {}),
@@ -189,7 +198,7 @@ function classify(error: FastifyError | Error): {
       status: 400,
       code: 'invalid_request',
       detail: error.stoppedEarly
-        ? `The request is invalid; checking stopped after ${error.problems.length} problems, so more may follow.`
+        ? `The request is invalid; checking stopped at problem ${MAX_LISTED_PROBLEMS + 1}: the first ${MAX_LISTED_PROBLEMS} are listed, and more may follow.`
         : 'The request is invalid.',
       errors: [...error.problems],
     };
@@ -253,8 +262,11 @@ function classify(error: FastifyError | Error): {
 function listed(
   detail: string,
   errors: InputProblem[] | undefined,
+  stoppedEarly: boolean,
 ): { detail: string; errors?: InputProblem[] } {
   if (!errors || errors.length <= MAX_LISTED_PROBLEMS) return errors ? { detail, errors } : { detail };
+  // Checking that stopped early cannot count what it did not check: the detail already says so.
+  if (stoppedEarly) return { detail, errors: errors.slice(0, MAX_LISTED_PROBLEMS) };
   const more = errors.length - MAX_LISTED_PROBLEMS;
   return {
     detail: `${detail} ${more} more problem${more === 1 ? ' is' : 's are'} not listed.`,
@@ -269,7 +281,8 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   const all = (error as FastifyError).validation
     ? withQueryProblems(request, classified.errors ?? [])
     : classified.errors;
-  const { detail: listedDetail, errors } = listed(classified.detail, all);
+  const stoppedEarly = error instanceof InputError && error.stoppedEarly;
+  const { detail: listedDetail, errors } = listed(classified.detail, all, stoppedEarly);
   // The access line writes the reason too.
   const detail = redactCredentials(listedDetail);
   // The logger's serializer writes the error's texts redacted (access-log.ts).

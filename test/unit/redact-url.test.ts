@@ -151,6 +151,9 @@ describe('redactUrl (D21)', () => {
       `/x?${'e.'.repeat(4000)}`,
       `/x?${'token=a?'.repeat(1000)}`,
       `/x?${'a=?'.repeat(3000)}`,
+      // A dot, then look-alikes of a token's header with no dot after them.
+      `/x?q=.${'ey'.repeat(8000)}`,
+      `/x.y/${'ew-'.repeat(5000)}`,
     ];
     for (const url of hostile) {
       const started = performance.now();
@@ -169,6 +172,18 @@ describe('redactCredentials (D21)', () => {
     expect(redactCredentials('key api_key=abc is not a form')).toBe('key api_key=abc is not a form');
     const plain = 'The request is invalid.';
     expect(redactCredentials(plain)).toBe(plain);
+  });
+
+  it('takes linear time on a megabyte of look-alikes (a parser error may quote a whole body)', () => {
+    for (const text of [
+      `. ${'ey'.repeat(500_000)}`,
+      `${'eyJ.'.repeat(250_000)}`,
+      `${'svc_sk_.'.repeat(130_000)}`,
+    ]) {
+      const started = performance.now();
+      redactCredentials(text);
+      expect(performance.now() - started, text.slice(0, 12)).toBeLessThan(500);
+    }
   });
 
   it('redacts a key whose checksum fails or that is cut short: its secret part is still secret', () => {
