@@ -40,30 +40,24 @@ export function isCheckedInSlices(schema: unknown): boolean {
   return typeof schema === 'object' && schema !== null && checkedInSlices.has(schema);
 }
 
-/** The size of a value for {@link DESCRIBED_PARTS}: 1, or more than the bound for a long text. */
-function weightOf(value: unknown): number {
-  return typeof value === 'string' && value.length > DESCRIBED_TEXT ? DESCRIBED_PARTS + 1 : 1;
-}
-
 /**
- * Whether every problem of `value` may be listed: its keys and list elements and those of the values
- * it holds (two levels: a Resource's fields, and its facets' lists), each long text counted past the
- * bound. Stops counting at the bound.
+ * Whether every problem of `value` may be listed: it holds at most {@link DESCRIBED_PARTS} keys and
+ * list elements at any depth, and no text longer than {@link DESCRIBED_TEXT}. Counting stops at the
+ * bound, so a value of a million parts costs a hundred steps to judge.
  */
 function describable(value: unknown): boolean {
-  if (typeof value !== 'object' || value === null) return weightOf(value) <= DESCRIBED_PARTS;
-  let parts = 0;
-  for (const inner of Array.isArray(value) ? value : Object.values(value)) {
-    parts += 1;
-    if (typeof inner === 'object' && inner !== null) {
-      for (const leaf of Array.isArray(inner) ? inner : Object.values(inner)) {
-        parts += weightOf(leaf);
-        if (parts > DESCRIBED_PARTS) return false;
-      }
-    } else {
-      parts += weightOf(inner) - 1;
+  let budget = DESCRIBED_PARTS;
+  const pending: unknown[] = [value];
+  while (pending.length > 0) {
+    const next = pending.pop();
+    if (typeof next === 'string') {
+      if (next.length > DESCRIBED_TEXT) return false;
+    } else if (typeof next === 'object' && next !== null) {
+      const inner = Array.isArray(next) ? next : Object.values(next);
+      budget -= inner.length;
+      if (budget < 0) return false;
+      pending.push(...inner);
     }
-    if (parts > DESCRIBED_PARTS) return false;
   }
   return true;
 }

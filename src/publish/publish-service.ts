@@ -72,6 +72,32 @@ export interface ResourceWrite {
   readonly changes: PublishChanges;
 }
 
+/**
+ * Keys and values one manifest may hold, at any depth (D20): digesting one is a single step, and a
+ * manifest of a million keys was seconds of it.
+ */
+const MAX_MANIFEST_VALUES = 10_000;
+
+/** ES2024's `String.prototype.isWellFormed` (Node 20 has it; this project's TypeScript library does not). */
+function wellFormed(text: string): boolean {
+  return (text as string & { isWellFormed(): boolean }).isWellFormed();
+}
+
+/** Whether `value` holds at most `max` keys and list elements at any depth; stops counting past it. */
+function holdsAtMost(value: unknown, max: number): boolean {
+  let budget = max;
+  const pending: unknown[] = [value];
+  while (pending.length > 0) {
+    const next = pending.pop();
+    if (typeof next !== 'object' || next === null) continue;
+    const inner = Array.isArray(next) ? next : Object.values(next);
+    budget -= inner.length;
+    if (budget < 0) return false;
+    pending.push(...inner);
+  }
+  return true;
+}
+
 /** A Resource of a request body, as the planner takes it: content held in memory, digests made once. */
 class BodyResource implements TreeResource, ResourceSource {
   readonly kind: TreeResource['kind'];
@@ -166,7 +192,7 @@ export class PublishService {
         problems.push({ in: 'body', name: `${at}.slug`, message: `is also the slug of resources[${first}]` });
       }
       seen.set(spec.slug, index);
-      this.checkContent(spec, `${at}.content`, problems);
+      this.checkContent(spec, at, problems);
       if (problems.length > MAX_LISTED_PROBLEMS) throw new InputError(problems, true);
       resources.push(new BodyResource(spec.slug, at, spec));
       // Digests of 100,000 contents and manifests are seconds of work (D20).
@@ -211,7 +237,7 @@ export class PublishService {
   ): Promise<WriteAnswer<ResourceWrite>> {
     const accountId = writerAccount(context.principal);
     const problems: InputProblem[] = [];
-    this.checkContent(body, 'content', problems);
+    this.checkContent(body, '', problems);
     if (problems.length > 0) throw new InputError(problems);
     const current = await this.catalogState(accountId, catalogSlug);
     const catalog: TreeCatalog = {
@@ -405,10 +431,30 @@ export class PublishService {
     return changed;
   }
 
-  private checkContent(spec: { content: string }, name: string, problems: InputProblem[]): void {
+  /**
+   * What the schema cannot say of a Resource's body: its content's size in bytes, content with no
+   * UTF-8 form (a lone surrogate, which storing would turn into U+FFFD under the hash of other bytes),
+   * and a manifest too large to digest in one go (D20).
+   */
+  private checkContent(
+    spec: { content: string; manifest?: unknown },
+    at: string,
+    problems: InputProblem[],
+  ): void {
+    const name = at === '' ? 'content' : `${at}.content`;
     const size = utf8Size(spec.content);
     if (size > this.options.maxContentBytes) {
       problems.push({ in: 'body', name, message: tooLarge(size, this.options.maxContentBytes) });
+    }
+    if (!wellFormed(spec.content)) {
+      problems.push({ in: 'body', name, message: 'must not hold unpaired surrogates' });
+    }
+    if (!holdsAtMost(spec.manifest, MAX_MANIFEST_VALUES)) {
+      problems.push({
+        in: 'body',
+        name: at === '' ? 'manifest' : `${at}.manifest`,
+        message: `holds more than ${MAX_MANIFEST_VALUES} keys and values; a manifest describes its Resource`,
+      });
     }
   }
 

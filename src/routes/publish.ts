@@ -126,8 +126,13 @@ export function publishRoutes(options: PublishRouteOptions): FastifyPluginAsyncT
         );
         // The report of a large Catalog is megabytes (every line, every pin): written in slices (D20).
         const parts = await jsonParts(report);
+        let bytes = 0;
+        for (const part of parts) bytes += Buffer.byteLength(part);
         // Sent part by part as it is: Fastify serializes objects, not streams.
-        return reply.type('application/json; charset=utf-8').send(Readable.from(parts) as never);
+        return reply
+          .type('application/json; charset=utf-8')
+          .header('content-length', bytes)
+          .send(Readable.from(parts) as never);
       },
     );
 
