@@ -70,12 +70,15 @@ export function createServices(
         logger.error(details, 'stored content does not match its hash; not served'),
     },
   );
+  // SQLite's writer connection runs one statement at a time: a long write transaction would hold the
+  // check, and take the instance out, though its reads go on being answered through the reader.
+  const databaseCheck = databases.dialect === 'sqlite' ? databases.reader : databases.primary;
   const readiness: ReadinessCheck[] = [
-    { name: 'database', check: async () => void (await sql`select 1`.execute(databases.primary)) },
+    { name: 'database', check: async () => void (await sql`select 1`.execute(databaseCheck)) },
     { name: 'contentStore', check: () => objectStore.check() },
   ];
   // Reads go to the replica when one is configured: it must answer too for the service to be ready.
-  if (databases.reader !== databases.primary) {
+  if (databases.dialect === 'postgres' && databases.reader !== databases.primary) {
     readiness.push({
       name: 'readReplica',
       check: async () => void (await sql`select 1`.execute(databases.reader)),

@@ -28,7 +28,10 @@ export interface Databases {
   close(): Promise<void>;
 }
 
-function openSqlite(file: string, role: 'primary' | 'reader' = 'primary'): Db {
+function openSqlite(
+  file: string,
+  role: 'primary' | 'reader' = 'primary',
+): { db: Db; connection: SqliteDatabase.Database } {
   if (file !== ':memory:') {
     fs.mkdirSync(path.dirname(file), { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
     // Created here rather than by SQLite, which would use 0644; its -wal and -shm files copy this mode.
@@ -42,10 +45,11 @@ function openSqlite(file: string, role: 'primary' | 'reader' = 'primary'): Db {
   connection.pragma('busy_timeout = 5000');
   // The primary's checkpoints are the checkpointer's (sqlite-checkpointer.ts); a reader makes none.
   if (role === 'primary' && file !== ':memory:') connection.pragma('wal_autocheckpoint = 0');
-  return new Kysely<Database>({
+  const db = new Kysely<Database>({
     dialect: new SqliteDialect({ database: withStatementCache(connection) }),
     log: timed(role),
   });
+  return { db, connection };
 }
 
 /** Every statement's time into `playbook_database_query_duration_seconds` (D25). */
@@ -72,7 +76,8 @@ export function sqliteDriver(): typeof SqliteDatabase {
   return require(sqliteDriverName()) as typeof SqliteDatabase;
 }
 
-function sqliteDriverName(): string {
+/** The package name of the SQLite driver `sqliteDriver` loads. */
+export function sqliteDriverName(): string {
   return Number(process.versions.node.split('.')[0]) >= 22 ? 'better-sqlite3-napi' : 'better-sqlite3';
 }
 
@@ -162,14 +167,20 @@ export function createDatabases(
   limits: PostgresLimits = DEFAULT_POSTGRES_LIMITS,
 ): Databases {
   if (config.kind === 'sqlite') {
-    const primary = openSqlite(config.path);
+    const { db: primary, connection } = openSqlite(config.path);
     // A connection of its own for reads: SQLite's driver runs one statement at a time per connection,
     // so reads on the writer's connection would wait out a long write transaction (a publish of
     // 100,000 Resources is seconds of it, D20). In WAL mode a reader sees every committed write and
     // is never blocked by the writer. An in-memory database is one connection's alone.
     const inMemory = config.path === ':memory:';
-    const reader = inMemory ? primary : openSqlite(config.path, 'reader');
-    const checkpointer = inMemory ? undefined : new SqliteCheckpointer(config.path, sqliteDriverName());
+    const reader = inMemory ? primary : openSqlite(config.path, 'reader').db;
+    const checkpointer = inMemory
+      ? undefined
+      : new SqliteCheckpointer(config.path, sqliteDriverName(), (why) => {
+          // The writer checkpoints again, as SQLite does by default: slower commits, a bounded WAL.
+          if (connection.open) connection.pragma('wal_autocheckpoint = 1000');
+          process.emitWarning(`SQLite checkpoints are back on the writer: ${why}`, 'PlaybookWarning');
+        });
     return {
       primary,
       reader,

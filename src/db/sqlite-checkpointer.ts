@@ -29,6 +29,7 @@ function look() {
   const now = stat.size + ':' + stat.mtimeMs;
   if (now === seen) return;
   seen = now;
+  // Each step on its own: a filesystem that refuses the flush still gets its checkpoints.
   try {
     const fd = fs.openSync(wal, 'r');
     try {
@@ -36,6 +37,8 @@ function look() {
     } finally {
       fs.closeSync(fd);
     }
+  } catch {}
+  try {
     db.pragma('wal_checkpoint(PASSIVE)');
   } catch (error) {
     parentPort.postMessage({ error: String(error && error.message) });
@@ -60,29 +63,59 @@ parentPort.on('message', () => {
  */
 export class SqliteCheckpointer {
   private readonly worker: Worker;
+  private readonly exited: Promise<void>;
+  private hasExited = false;
+  private stopping = false;
   private stopped: Promise<void> | undefined;
 
-  constructor(file: string, driver: string, onError: (message: string) => void = () => {}) {
+  /**
+   * @param onFailure told once when the thread cannot do its work (it failed to start, or ended): the
+   *   caller gives the checkpoints back to the writer, so that the WAL never grows without bound.
+   * @param onError told of a checkpoint that failed; the next one is tried all the same.
+   */
+  constructor(
+    file: string,
+    driver: string,
+    onFailure: (message: string) => void,
+    onError: (message: string) => void = () => {},
+  ) {
     const require = createRequire(import.meta.url);
     this.worker = new Worker(WORKER_CODE, {
       eval: true,
       workerData: { file, driver: require.resolve(driver), intervalMs: INTERVAL_MS },
     });
+    let failure: string | undefined;
     this.worker.on('message', (message: { error?: string }) => {
       if (message.error !== undefined) onError(message.error);
     });
-    this.worker.on('error', (error) => onError(error.message));
+    this.worker.on('error', (error) => {
+      failure ??= error.message;
+    });
+    this.exited = new Promise((resolve) => {
+      this.worker.once('exit', (code) => {
+        this.hasExited = true;
+        if (!this.stopping) onFailure(failure ?? `the checkpoint thread ended (exit code ${code})`);
+        resolve();
+      });
+    });
     // A command that is done exits without waiting for this thread.
     this.worker.unref();
   }
 
-  /** Stops the thread and closes its connection; resolves once it has. */
+  /** Stops the thread and closes its connection; resolves once it has, or at once if it had ended. */
   stop(): Promise<void> {
+    this.stopping = true;
+    if (this.hasExited) return Promise.resolve();
     this.stopped ??= new Promise<void>((resolve) => {
-      this.worker.once('exit', () => resolve());
-      this.worker.postMessage('stop');
+      // Held until the thread has closed its connection, or the process could end first.
+      this.worker.ref();
       // A thread that does not end by itself (a checkpoint stuck on a busy file) is ended.
-      setTimeout(() => void this.worker.terminate(), 2000).unref();
+      const deadline = setTimeout(() => void this.worker.terminate(), 2000);
+      void this.exited.then(() => {
+        clearTimeout(deadline);
+        resolve();
+      });
+      this.worker.postMessage('stop');
     });
     return this.stopped;
   }

@@ -3,8 +3,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createDatabases, type Databases } from '../../src/db/create-db.js';
+import { createDatabases, type Databases, sqliteDriverName } from '../../src/db/create-db.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
+import { SqliteCheckpointer } from '../../src/db/sqlite-checkpointer.js';
 
 /**
  * D20 on the embedded default: reads go through a connection of their own, which sees every commit
@@ -81,5 +82,30 @@ describe('SQLite: a reader beside the writer, checkpoints off the event loop', (
     }
     expect(fs.statSync(file).size).toBeGreaterThan(before);
     expect(await accountCount(databases.reader)).toBe(2000);
+  });
+
+  it('a checkpoint thread that cannot work says so once, and stopping it after does not wait', async () => {
+    const failures: string[] = [];
+    const checkpointer = new SqliteCheckpointer(
+      path.join(dir, 'missing', 'db.sqlite'),
+      sqliteDriverName(),
+      (why) => failures.push(why),
+    );
+    const deadline = Date.now() + 5000;
+    while (failures.length === 0 && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(failures).toHaveLength(1);
+    expect(failures[0]).toMatch(/directory does not exist|unable to open/i);
+    await checkpointer.stop();
+    expect(failures).toHaveLength(1);
+  });
+
+  it('a running checkpoint thread stops when asked, without being told of a failure', async () => {
+    const failures: string[] = [];
+    const checkpointer = new SqliteCheckpointer(file, sqliteDriverName(), (why) => failures.push(why));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await checkpointer.stop();
+    await checkpointer.stop();
+    expect(failures).toEqual([]);
   });
 });
