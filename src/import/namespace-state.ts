@@ -1,6 +1,8 @@
 import type { CatalogRow, Db, ResourceRow, ResourceVersionRow } from '../db/tables.js';
 import { yieldIfBusy } from '../pace.js';
+import type { ResourcePin } from '../schemas/playbook.js';
 import { chunk, MAX_IN_LIST } from './batches.js';
+import { readStoredPins } from './catalog-pins.js';
 
 /** Whose Catalogs an import writes: the service's own, or one account's. */
 export type ImportOwner = { readonly kind: 'svc' } | { readonly kind: 'account'; readonly accountId: string };
@@ -11,11 +13,11 @@ export interface CurrentCatalogVersion {
   readonly version: string;
   readonly manifestHash: string;
   /**
-   * Its pins' JSON text, read when asked for: tens of megabytes for a large Catalog, and needed only
+   * Its pins, read (a slice at a time) when asked for: tens of megabytes for a large Catalog, needed only
    * to say which pins changed under an unchanged label. Read through the same connection (or
    * transaction) as the rest of the state, while it is open.
    */
-  pins(): Promise<string>;
+  pins(): Promise<ResourcePin[]>;
 }
 
 export interface ResourceState {
@@ -101,14 +103,7 @@ export async function loadNamespaceState(
               id: version.id,
               version: version.version,
               manifestHash: version.manifest_hash,
-              pins: async () =>
-                (
-                  await db
-                    .selectFrom('catalog_versions')
-                    .select('pins')
-                    .where('id', '=', version.id)
-                    .executeTakeFirstOrThrow()
-                ).pins,
+              pins: () => readStoredPins(db, version.id),
             },
           }
         : {}),

@@ -9,7 +9,6 @@ import type {
 } from '../db/tables.js';
 import { yieldIfBusy } from '../pace.js';
 import { FACET_KEYS, type Facets, type LifecycleStatus } from '../schemas/common.js';
-import type { ResourcePin } from '../schemas/playbook.js';
 import { CatalogPins, manifestHashOf, type PinSource, pinChanges } from './catalog-pins.js';
 import { emptyCounts, type ImportCounts, type MutableCounts, plural } from './import-report.js';
 import type { CatalogState, ImportOwner, NamespaceState, ResourceState } from './namespace-state.js';
@@ -360,7 +359,7 @@ class Planner {
       const pinsChanged = current.manifestHash !== manifestHash;
       if (current.version === catalog.version) {
         if (pinsChanged) {
-          const changes = pinChanges(JSON.parse(await current.pins()) as ResourcePin[], [...pins]);
+          const changes = pinChanges(await current.pins(), [...pins]);
           const shown =
             changes.slice(0, 5).join(', ') + (changes.length > 5 ? `, … ${changes.length - 5} more` : '');
           this.out.refusals.push(
