@@ -12,8 +12,16 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { type PostgresServer, startPostgres } from '../test/helpers/servers.js';
-import { createReadKey, freePort, peakRssMb, startService, stop, waitForReady } from './support.js';
+import type { PostgresServer } from '../test/helpers/servers.js';
+import {
+  createReadKey,
+  freePort,
+  peakRssMb,
+  startPostgresDatabase,
+  startService,
+  stop,
+  waitForReady,
+} from './support.js';
 
 const RESOURCES = Number(process.env.BENCH_PUBLISH_RESOURCES ?? 100_000);
 const WRONG_RESOURCES = 60_000;
@@ -104,12 +112,9 @@ async function benchPublishOn(stack: string, inherited: NodeJS.ProcessEnv): Prom
   };
   let postgres: PostgresServer | undefined;
   if (stack === 'postgres') {
-    postgres = await startPostgres();
-    const admin = new (await import('pg')).default.Client({ connectionString: postgres.adminUrl });
-    await admin.connect();
-    await admin.query('CREATE DATABASE playbook');
-    await admin.end();
-    env.PLAYBOOK_DATABASE_URL = postgres.urlFor('playbook');
+    const started = await startPostgresDatabase();
+    postgres = started.server;
+    env.PLAYBOOK_DATABASE_URL = started.url;
   }
   const port = await freePort();
   const metricsPort = await freePort();

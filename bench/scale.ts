@@ -18,13 +18,14 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { type PostgresServer, startPostgres } from '../test/helpers/servers.js';
+import type { PostgresServer } from '../test/helpers/servers.js';
 import {
   CLI,
   createReadKey,
   freePort,
   peakRssMb,
   requireWrk,
+  startPostgresDatabase,
   startService,
   stop,
   waitForReady,
@@ -132,12 +133,9 @@ async function measureStack(stack: string, tree: string, results: Verdicts): Pro
     };
     delete env.LOG_LEVEL;
     if (stack === 'postgres') {
-      postgres = await startPostgres();
-      const admin = new (await import('pg')).default.Client({ connectionString: postgres.adminUrl });
-      await admin.connect();
-      await admin.query('CREATE DATABASE playbook');
-      await admin.end();
-      env.PLAYBOOK_DATABASE_URL = postgres.urlFor('playbook');
+      const started = await startPostgresDatabase();
+      postgres = started.server;
+      env.PLAYBOOK_DATABASE_URL = started.url;
     }
     console.log(`${stack}:`);
     const imported = await measuredCli(['import', tree, '--owner', 'svc'], env);

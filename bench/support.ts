@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { type PostgresServer, startPostgres } from '../test/helpers/servers.js';
 
 export const ROOT = path.resolve(import.meta.dirname, '..', '..');
 export const CLI = path.join(ROOT, 'dist', 'cli', 'main.js');
@@ -263,4 +264,17 @@ export function wrk(
   if (!Number.isFinite(rps) || !Number.isFinite(p99Ms))
     throw new Error(`could not read wrk's output:\n${output}`);
   return { rps, p50Ms, p99Ms, errors };
+}
+
+/**
+ * A throwaway PostgreSQL cluster, as the test suite starts it, with a database `playbook` in it; the
+ * URL of that database is what PLAYBOOK_DATABASE_URL takes.
+ */
+export async function startPostgresDatabase(): Promise<{ server: PostgresServer; url: string }> {
+  const server = await startPostgres();
+  const admin = new (await import('pg')).default.Client({ connectionString: server.adminUrl });
+  await admin.connect();
+  await admin.query('CREATE DATABASE playbook');
+  await admin.end();
+  return { server, url: server.urlFor('playbook') };
 }
