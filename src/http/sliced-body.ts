@@ -3,6 +3,7 @@ import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox
 import { ContentTooLargeError, InputError, type InputProblem } from '../errors.js';
 import { yieldIfBusy } from '../pace.js';
 import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
+import { holdsAtMost } from '../value-size.js';
 import { type AjvError, onePerField } from './problem.js';
 
 /** D20: checking stops here; the answer lists the first 20 and says that more may follow. */
@@ -40,31 +41,9 @@ export function isCheckedInSlices(schema: unknown): boolean {
   return typeof schema === 'object' && schema !== null && checkedInSlices.has(schema);
 }
 
-/**
- * Whether every problem of `value` may be listed: it holds at most {@link DESCRIBED_PARTS} keys and
- * list elements at any depth, and no text longer than {@link DESCRIBED_TEXT}. Counting stops at the
- * bound, so a value of a million parts costs a hundred steps to judge.
- */
-function describable(value: unknown): boolean {
-  let budget = DESCRIBED_PARTS;
-  const pending: unknown[] = [value];
-  while (pending.length > 0) {
-    const next = pending.pop();
-    if (typeof next === 'string') {
-      if (next.length > DESCRIBED_TEXT) return false;
-    } else if (typeof next === 'object' && next !== null) {
-      const inner = Array.isArray(next) ? next : Object.values(next);
-      budget -= inner.length;
-      if (budget < 0) return false;
-      pending.push(...inner);
-    }
-  }
-  return true;
-}
-
 /** Every problem of a describable value, or the first one (already found by `first`) otherwise. */
 function problemsOf(first: Validate, every: Validate, value: unknown): AjvError[] {
-  if (describable(value)) {
+  if (holdsAtMost(value, DESCRIBED_PARTS, DESCRIBED_TEXT)) {
     try {
       if (!every(value)) return every.errors ?? [];
     } catch {

@@ -41,6 +41,7 @@ import type {
   PutResourceBody,
 } from '../schemas/publish.js';
 import { byText } from '../text-order.js';
+import { holdsAtMost } from '../value-size.js';
 
 /** Who writes, and the preconditions their request carries (D23). */
 export interface WriteContext {
@@ -81,21 +82,6 @@ const MAX_MANIFEST_VALUES = 10_000;
 /** ES2024's `String.prototype.isWellFormed` (Node 20 has it; this project's TypeScript library does not). */
 function wellFormed(text: string): boolean {
   return (text as string & { isWellFormed(): boolean }).isWellFormed();
-}
-
-/** Whether `value` holds at most `max` keys and list elements at any depth; stops counting past it. */
-function holdsAtMost(value: unknown, max: number): boolean {
-  let budget = max;
-  const pending: unknown[] = [value];
-  while (pending.length > 0) {
-    const next = pending.pop();
-    if (typeof next !== 'object' || next === null) continue;
-    const inner = Array.isArray(next) ? next : Object.values(next);
-    budget -= inner.length;
-    if (budget < 0) return false;
-    pending.push(...inner);
-  }
-  return true;
 }
 
 /** A Resource of a request body, as the planner takes it: content held in memory, digests made once. */
