@@ -162,8 +162,7 @@ async function applyTreeOnce(deps: ImportDeps, tree: ImportTree, options: ApplyO
   if (preview.refusals.length > 0) throw new ImportValidationError(preview.refusals, 'immutable');
   // The state is read a page at a time, so a write that committed meanwhile may show in part: an
   // empty plan is trusted only if nothing was written since it began (else the transaction plans).
-  const settled = async () => (await readDataGeneration(deps.db)) === plannedAt;
-  if (options.dryRun || (planIsEmpty(preview) && (await settled()))) {
+  if (options.dryRun || (planIsEmpty(preview) && (await readDataGeneration(deps.db)) === plannedAt)) {
     return { report: await reportOf(preview, options.dryRun === true), plan: preview };
   }
 

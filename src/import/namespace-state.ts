@@ -13,8 +13,8 @@ export interface CurrentCatalogVersion {
   readonly version: string;
   readonly manifestHash: string;
   /**
-   * Its pins, read (a slice at a time) when asked for: tens of megabytes for a large Catalog, needed only
-   * to say which pins changed under an unchanged label. Read through the same connection (or
+   * Its pins, read (a slice at a time) when asked for: tens of megabytes for a large Catalog, needed
+   * only to say which pins changed under an unchanged label. Read through the same connection (or
    * transaction) as the rest of the state, while it is open.
    */
   pins(): Promise<ResourcePin[]>;
@@ -41,8 +41,9 @@ export interface NamespaceState {
 }
 
 /**
- * Loads, in a handful of queries per thousand Resources, what the planner compares the tree with: the Catalogs of `owner` whose slugs are in `catalogSlugs`, their current and past version
- * labels, their Resources, the Resources' current versions and past labels.
+ * Loads, in a handful of queries per thousand Resources, what the planner compares the tree with:
+ * the Catalogs of `owner` whose slugs are in `catalogSlugs`, their current and past version labels,
+ * their Resources, the Resources' current versions and past labels.
  *
  * @example
  * const state = await loadNamespaceState(db, { kind: 'svc' }, ['handbook']);
