@@ -7,8 +7,8 @@ import {
   type ObservedSeries,
   rateLimitRefusals,
 } from '../observability/metrics.js';
+import { redactCredentials, redactUrl } from '../redact-url.js';
 import type { ProblemCode } from '../schemas/common.js';
-import { redactCredentials, redactUrl } from './redact-url.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {

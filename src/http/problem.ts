@@ -18,6 +18,7 @@ import {
   RateLimitError,
   UnavailableError,
 } from '../errors.js';
+import { redactCredentials } from '../redact-url.js';
 import {
   MAX_LISTED_PROBLEMS,
   MAX_PROBLEM_DETAIL,
@@ -27,7 +28,6 @@ import {
   type ProblemCode,
 } from '../schemas/common.js';
 import { withQueryProblems } from './query.js';
-import { redactCredentials } from './redact-url.js';
 
 const TITLES: Record<ProblemCode, string> = {
   invalid_request: 'Invalid request',
