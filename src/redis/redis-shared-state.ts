@@ -1,10 +1,10 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { MemoryRateCounter, type RateCounter } from '../auth/rate-limits.js';
-import { FallbackRateCounter, RedisRateCounter } from '../auth/redis-rate-counter.js';
 import type { Broadcast } from '../broadcast.js';
 import { observeRedis } from '../observability/metrics.js';
 import { RedisBroadcast } from './redis-broadcast.js';
 import { closeRedis, createRedisClient, RedisHealth } from './redis-connection.js';
+import { FallbackRateCounter, RedisRateCounter } from './redis-rate-counter.js';
 
 /** What several instances share through Redis, ready to hand to `createIdentity` and the read path. */
 export interface RedisSharedState {

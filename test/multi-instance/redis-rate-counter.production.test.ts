@@ -3,8 +3,8 @@ import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { MemoryRateCounter } from '../../src/auth/rate-limits.js';
-import { FallbackRateCounter, RedisRateCounter } from '../../src/auth/redis-rate-counter.js';
 import { closeRedis, createRedisClient, RedisHealth } from '../../src/redis/redis-connection.js';
+import { FallbackRateCounter, RedisRateCounter } from '../../src/redis/redis-rate-counter.js';
 import { freePort, type ProductionServers, startRedis } from '../helpers/servers.js';
 import { capturingLogger, outageWarnings, recoveryLines, sleep, waitUntil } from './support.js';
 

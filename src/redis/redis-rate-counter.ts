@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
-import type { RedisHealth } from '../redis/redis-connection.js';
-import type { RateCounter, WindowCount } from './rate-limits.js';
+import type { RateCounter, WindowCount } from '../auth/rate-limits.js';
+import type { RedisHealth } from './redis-connection.js';
 
 /**
  * One hit, atomically: the first hit of a window opens it (PEXPIRE), later hits only count, so a
