@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { sql } from 'kysely';
+import { AuditLog } from './audit/audit-log.js';
 import type { Authenticator } from './auth/authenticator.js';
 import { createIdentity, type Identity, type IdentityOptions } from './auth/identity.js';
 import type { RateLimits } from './auth/rate-limits.js';
@@ -35,6 +36,8 @@ export interface Services {
   readonly rateLimits: RateLimits;
   /** API keys, access tokens and rate limits (D7-D10). */
   readonly identity: Identity;
+  /** D23: the audit trail every key event and publication is appended to. */
+  readonly audit: AuditLog;
   /** Lines printed when the server starts: how a newcomer gets a token and a key. */
   gettingStarted(address: string): string[];
   close(): Promise<void>;
@@ -90,10 +93,16 @@ export function createServices(
   generation.onChange(() => answers.clear());
   const unobserve = observeAnswerCacheSize(() => answers.stats.bytes);
   const playbook = new PlaybookService(databases.reader, content, answers);
+  // D23: every key event is appended to the audit trail, before anyone else is told of it.
+  const audit = new AuditLog(databases.primary);
   const identity = createIdentity(config, databases.primary, logger, {
     // SQLite's reader sees every commit at once (WAL); a PostgreSQL replica may lag a revocation.
     ...(databases.dialect === 'sqlite' ? { lookups: databases.reader } : {}),
     ...options.identity,
+    keyEvents: async (event) => {
+      await audit.recordKeyEvent(event);
+      await options.identity?.keyEvents?.(event);
+    },
     ...(redis ? { revocations: redis.revocations, rateCounter: redis.rateCounter } : {}),
   });
   const publish = new PublishService(
@@ -113,6 +122,7 @@ export function createServices(
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,
     identity,
+    audit,
     gettingStarted: (address) => identity.gettingStarted(address),
     close: async () => {
       unobserve();

@@ -1,7 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { RemoteJWKSetOptions } from 'jose';
 import { AccountPlans } from '../accounts/account-plans.js';
-import { AuditLog } from '../audit/audit-log.js';
 import { type Broadcast, InProcessBroadcast } from '../broadcast.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/tables.js';
@@ -30,7 +29,7 @@ export interface IdentityOptions {
   readonly jwks?: RemoteJWKSetOptions;
   /** How often an unknown leak-report key identifier may fetch the key list again (60 s). */
   readonly leakKeysRefetchAfterMs?: number;
-  /** Told of every key event (D22), once committed. */
+  /** Told of every key event (D22), once committed: the audit trail (D23) is composed above this. */
   readonly keyEvents?: (event: KeyEvent) => void | Promise<void>;
   /**
    * Where keys and plans are looked up when a request is authenticated: the primary by default. A
@@ -46,8 +45,6 @@ export interface Identity {
   /** D10, keyed on what the authenticator resolves: handed to `buildApp` beside it. */
   readonly rateLimits: RateLimits;
   readonly keys: ApiKeyService;
-  /** D23: the audit trail every key event is appended to. */
-  readonly audit: AuditLog;
   /** D22: present when `PLAYBOOK_LEAK_REPORT_KEYS_URL` lists the keys that sign leak reports. */
   readonly leakSignatures?: LeakReportSignatures;
   readonly verifier: ApiKeyVerifier;
@@ -96,7 +93,6 @@ export function createIdentity(
     : AccessTokenVerifier.remote(config.jwt.jwksUrl!, claims, options.jwks);
   const rateLimits = new RateLimits(config.rateLimit, options.rateCounter ?? new MemoryRateCounter(now));
   const authenticator = new CredentialAuthenticator(verifier, tokens, new AccountPlans(lookups, now));
-  const audit = new AuditLog(db);
   const keys = new ApiKeyService(db, {
     environment: config.environment,
     maxKeysPerAccount: config.maxKeysPerAccount,
@@ -104,7 +100,6 @@ export function createIdentity(
     revocations,
     usage,
     events: async (event) => {
-      await audit.recordKeyEvent(event);
       await options.keyEvents?.(event);
     },
     now,
@@ -124,7 +119,6 @@ export function createIdentity(
     authenticator,
     rateLimits,
     keys,
-    audit,
     ...(leakSignatures ? { leakSignatures } : {}),
     verifier,
     tokens,

@@ -27,7 +27,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         rateLimits: services.rateLimits,
         readiness: services.readiness,
         keys: services.identity.keys,
-        audit: services.identity.audit,
+        audit: services.audit,
         publish: {
           service: services.publish,
           maxBodyBytes: config.maxPublishBytes,

@@ -2,6 +2,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { setAccount } from '../../src/accounts/accounts.js';
 import { buildApp } from '../../src/app.js';
+import { AuditLog } from '../../src/audit/audit-log.js';
 import { createIdentity, type Identity, type IdentityOptions } from '../../src/auth/identity.js';
 import { type Config, loadConfig } from '../../src/config.js';
 import type { ContentStore } from '../../src/content/content-store.js';
@@ -23,6 +24,8 @@ import { readSide } from './read-side.js';
  */
 export interface TestIdentity extends Identity {
   readonly config: Config;
+  /** The audit trail its key events are appended to (D23). */
+  readonly audit: AuditLog;
   /** Stores a key for the account (created, or its plan set, when `plan` is given). */
   mintKey(options: MintKeyOptions): Promise<MintedKey>;
   /** Signs a token for `user` (default `test-user`) acting for `accounts`; sets their plan when given. */
@@ -73,7 +76,15 @@ export function testConfig(backend: TestBackend, env: Record<string, string> = {
 export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetup = {}): TestIdentity {
   const config = testConfig(backend, setup.env);
   const db = backend.databases.primary;
-  const identity = createIdentity(config, db, setup.logger ?? pino({ level: 'silent' }), setup.options);
+  // Key events go to the audit trail first, as the service composes it (services.ts).
+  const audit = new AuditLog(db);
+  const identity = createIdentity(config, db, setup.logger ?? pino({ level: 'silent' }), {
+    ...setup.options,
+    keyEvents: async (event) => {
+      await audit.recordKeyEvent(event);
+      await setup.options?.keyEvents?.(event);
+    },
+  });
   const mintToken = async (options: MintTokenOptions = {}) => {
     if (!identity.signer) throw new Error('mintToken needs the embedded signer (no PLAYBOOK_JWKS_URL)');
     const accounts = options.accounts ?? [];
@@ -90,6 +101,7 @@ export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetu
   };
   return {
     ...identity,
+    audit,
     config,
     mintKey: async (options) => {
       if (options.plan !== undefined) await setAccount(db, options.accountId, { plan: options.plan });
@@ -112,13 +124,13 @@ export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetu
 /** The whole service over a test backend: reads, key management and rate limits. */
 export async function buildIdentityApp(
   backend: TestBackend,
-  identity: Identity & { readonly config?: Config },
+  identity: TestIdentity,
   logger?: FastifyBaseLogger,
   /** Parts a test replaces: the object store publishing writes to (to make it fail half-way). */
   overrides: { readonly objectStore?: ContentStore; readonly tracing?: Tracing } = {},
 ): Promise<FastifyInstance> {
   const reads = await readSide(backend.databases.reader, backend.content);
-  const config = identity.config ?? testConfig(backend);
+  const config = identity.config;
   const publish = new PublishService(
     {
       db: backend.databases.primary,
@@ -142,9 +154,8 @@ export async function buildIdentityApp(
     ...(overrides.tracing ? { tracing: overrides.tracing } : {}),
     ...(identity.leakSignatures ? { leakSignatures: identity.leakSignatures } : {}),
     ...(logger ? { logger } : {}),
-    ...(identity.config
-      ? { timeouts: identity.config.timeouts, trustProxy: identity.config.trustProxy }
-      : {}),
+    timeouts: config.timeouts,
+    trustProxy: config.trustProxy,
   });
   app.addHook('onClose', async () => reads.close());
   await app.ready();
