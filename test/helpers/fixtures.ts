@@ -201,23 +201,34 @@ export async function givenCatalogVersion(
       contentHash: current.contentHash,
     };
   });
+  const id = await givenStoredPins(db, catalog.id, version, resourcePins);
+  await db.updateTable('catalogs').set({ current_version_id: id }).where('id', '=', catalog.id).execute();
+  await dataChanged(db);
+  return id;
+}
+
+/** Stores a Catalog version of `catalogId` holding `pins` as they are given; returns its id. */
+export async function givenStoredPins(
+  db: Db,
+  catalogId: string,
+  version: string,
+  pins: readonly ResourcePin[],
+): Promise<string> {
   const id = uuidv7();
   const at = tick();
   await db
     .insertInto('catalog_versions')
     .values({
       id,
-      catalog_id: catalog.id,
+      catalog_id: catalogId,
       version,
-      pins: JSON.stringify(resourcePins),
-      manifest_hash: sha256Hex(canonicalJson(resourcePins)),
-      resource_count: resourcePins.length,
+      pins: JSON.stringify(pins),
+      manifest_hash: sha256Hex(canonicalJson(pins)),
+      resource_count: pins.length,
       published_at: at,
       created_at: at,
     })
     .execute();
-  await db.updateTable('catalogs').set({ current_version_id: id }).where('id', '=', catalog.id).execute();
-  await dataChanged(db);
   return id;
 }
 

@@ -4,6 +4,7 @@ import { listenLocally } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
+import { publishedResource as resource } from '../helpers/publish-bodies.js';
 import { dumpStorage } from '../import/support.js';
 
 /**
@@ -12,16 +13,6 @@ import { dumpStorage } from '../import/support.js';
  * wrong body does not hold another account's reads; D21 (amended): nesting past 64 levels is refused
  * before any other work, naming the field. On both stacks.
  */
-
-const resource = (slug: string, overrides: Record<string, unknown> = {}) => ({
-  slug,
-  kind: 'document',
-  title: `The ${slug}`,
-  version: '1.0.0',
-  mediaType: 'text/markdown',
-  content: `# ${slug}\n`,
-  ...overrides,
-});
 
 /** A Resource wrong in every field, as an attacker would send by the thousand. */
 const wrong = (index: number) => ({

@@ -4,6 +4,7 @@ import type { ContentStore } from '../../src/content/content-store.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
+import { publishedResource as resource } from '../helpers/publish-bodies.js';
 import { dumpStorage, sha256 } from '../import/support.js';
 
 /**
@@ -13,16 +14,6 @@ import { dumpStorage, sha256 } from '../import/support.js';
 
 const CATALOG = '/v3/playbook/catalogs/org/handbook';
 const BIG = 'b'.repeat(70_000);
-
-const resource = (slug: string, overrides: Record<string, unknown> = {}) => ({
-  slug,
-  kind: 'document',
-  title: `The ${slug}`,
-  version: '1.0.0',
-  mediaType: 'text/markdown',
-  content: `# ${slug}\n`,
-  ...overrides,
-});
 
 const catalogBody = (overrides: Record<string, unknown> = {}) => ({
   name: 'Handbook',

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readStoredPins } from '../../src/import/catalog-pins.js';
 import type { ResourcePin } from '../../src/schemas/playbook.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
-import { givenCatalog, tick } from '../helpers/fixtures.js';
+import { givenCatalog, givenStoredPins } from '../helpers/fixtures.js';
 
 /**
  * D20: a stored Catalog version's pins are read back a slice of their text per statement, on both
@@ -20,24 +20,8 @@ describe('stored pins, read in slices', () => {
   });
 
   async function stored(pins: ResourcePin[]): Promise<string> {
-    const db = backend.databases.primary;
-    const catalog = await givenCatalog(db, { slug: `pins-${pins.length}` });
-    const id = uuidv7();
-    const at = tick();
-    await db
-      .insertInto('catalog_versions')
-      .values({
-        id,
-        catalog_id: catalog.id,
-        version: '1',
-        pins: JSON.stringify(pins),
-        manifest_hash: 'h'.repeat(64),
-        resource_count: pins.length,
-        published_at: at,
-        created_at: at,
-      })
-      .execute();
-    return id;
+    const catalog = await givenCatalog(backend.databases.primary, { slug: `pins-${pins.length}` });
+    return givenStoredPins(backend.databases.primary, catalog.id, '1', pins);
   }
 
   const pin = (index: number): ResourcePin => ({
