@@ -289,8 +289,10 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   app.addHook('onSend', (_request, reply, payload, done) => {
     if (draining) reply.header('connection', 'close');
     // A redirect may repeat the request's URL (the docs' pages do), credential included (D21).
-    const location = reply.getHeader('location');
-    if (typeof location === 'string') reply.header('location', redactUrl(location));
+    if (reply.statusCode >= 300 && reply.statusCode < 400) {
+      const location = reply.getHeader('location');
+      if (typeof location === 'string') reply.header('location', redactUrl(location));
+    }
     done(null, payload);
   });
   app.decorateRequest('queryProblems', null);
