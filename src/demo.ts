@@ -23,7 +23,7 @@ export async function importDemoContentIfEmpty(services: Services, logger: Fasti
   if (await hasServiceCatalogs(db)) return;
   try {
     const report = await importTree(
-      { db, objectStore: services.objectStore, changes: services.generation },
+      { db, objectStore: services.objectStore, writes: services.writes },
       { dir: DEMO_CATALOGS_DIR, owner: { kind: 'svc' } },
     );
     // Another instance may have imported it between the check above and this import's transaction.

@@ -124,6 +124,21 @@ export class RateLimitError extends Error {
 /** A backend the request needs (database, content store) does not answer right now. */
 export class UnavailableError extends Error {
   override name = 'UnavailableError';
+  /** When to try again (`Retry-After`). */
+  readonly retryAfterSeconds: number;
+
+  constructor(message: string, options: { cause?: unknown; retryAfterSeconds?: number } = {}) {
+    super(message, options.cause === undefined ? {} : { cause: options.cause });
+    this.retryAfterSeconds = options.retryAfterSeconds ?? 1;
+  }
+}
+
+/**
+ * A write that met other writes of the same data on every attempt: nothing was written, and the
+ * caller may try again shortly. Its message is safe to show.
+ */
+export class WriteContentionError extends UnavailableError {
+  override name = 'WriteContentionError';
 }
 
 /** Stored content that no longer matches its hash: logged, never served (D12). */

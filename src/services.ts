@@ -5,8 +5,9 @@ import type { Authenticator } from './auth/authenticator.js';
 import { createIdentity, type Identity, type IdentityOptions } from './auth/identity.js';
 import type { RateLimits } from './auth/rate-limits.js';
 import { AnswerCache } from './catalog/answer-cache.js';
-import type { DataGeneration } from './catalog/data-generation.js';
 import { PlaybookService } from './catalog/playbook-service.js';
+import type { ChangeFollower } from './changes/change-follower.js';
+import type { UnitOfWork } from './changes/unit-of-work.js';
 import type { Config } from './config.js';
 import { ContentReader } from './content/content-reader.js';
 import type { ContentStore } from './content/content-store.js';
@@ -16,7 +17,7 @@ import type { Databases } from './db/create-db.js';
 import { observeAnswerCacheSize } from './observability/metrics.js';
 import { PublishService } from './publish/publish-service.js';
 import type { ReadinessCheck } from './routes/operations.js';
-import { createStorage } from './storage.js';
+import { createStorage, type StorageOptions } from './storage.js';
 
 /** The long-lived parts every command shares, built once from the configuration. */
 export interface Services {
@@ -25,9 +26,11 @@ export interface Services {
   /** The object store that holds `object-storage` content (a directory, or S3). */
   readonly objectStore: ContentStore;
   readonly content: ContentReader;
-  /** Read answers kept in memory, and the data generation that says when they are stale. */
+  /** Read answers kept in memory, and the follower of the change log that says which are stale. */
   readonly answers: AnswerCache;
-  readonly generation: DataGeneration;
+  readonly follower: ChangeFollower;
+  /** The one way a write reaches the database (see changes/unit-of-work.ts). */
+  readonly writes: UnitOfWork;
   readonly playbook: PlaybookService;
   /** D23: writes of accounts' Catalogs over HTTP, on the primary database. */
   readonly publish: PublishService;
@@ -36,7 +39,7 @@ export interface Services {
   readonly rateLimits: RateLimits;
   /** API keys, access tokens and rate limits (D7-D10). */
   readonly identity: Identity;
-  /** D23: the audit trail every key event and publication is appended to. */
+  /** D23: the audit list, read from the change log. */
   readonly audit: AuditLog;
   /** Lines printed when the server starts: how a newcomer gets a token and a key. */
   gettingStarted(address: string): string[];
@@ -46,8 +49,10 @@ export interface Services {
 export interface ServicesOptions {
   /** Identity parts a test replaces (its clock, a storage-read counter); the Redis parts follow the config. */
   readonly identity?: IdentityOptions;
-  /** How often the data generation is read (tests that prove Redis alone carries a change slow it). */
-  readonly dataGenerationPollMs?: number;
+  /** How often the change log is read (tests that prove Redis alone carries a change slow it). */
+  readonly changePollMs?: number;
+  /** Runs in each write's transaction just before its commit (tests make a write fail there). */
+  readonly beforeCommit?: StorageOptions['beforeCommit'];
 }
 
 /**
@@ -61,11 +66,10 @@ export function createServices(
 ): Services {
   const storage = createStorage(config, logger, {
     ...(options.identity?.now ? { now: options.identity.now } : {}),
-    ...(options.dataGenerationPollMs === undefined
-      ? {}
-      : { dataGenerationPollMs: options.dataGenerationPollMs }),
+    ...(options.changePollMs === undefined ? {} : { changePollMs: options.changePollMs }),
+    ...(options.beforeCommit ? { beforeCommit: options.beforeCommit } : {}),
   });
-  const { databases, objectStore, redis, generation } = storage;
+  const { databases, objectStore, redis, follower, writes } = storage;
   const content = new ContentReader(
     [observedStore(new DatabaseContentStore(databases.reader)), objectStore],
     {
@@ -90,23 +94,19 @@ export function createServices(
   // Redis is optional: while it is down the service still serves and says so, hence an optional check.
   if (redis) readiness.push({ name: 'redis', optional: true, check: () => redis.check() });
   const answers = new AnswerCache(config.answerCacheBytes);
-  generation.onChange(() => answers.clear());
+  follower.onChange((followed) => answers.follow(followed));
   const unobserve = observeAnswerCacheSize(() => answers.stats.bytes);
   const playbook = new PlaybookService(databases.reader, content, answers);
-  // D23: every key event is appended to the audit trail, before anyone else is told of it.
   const audit = new AuditLog(databases.primary);
   const identity = createIdentity(config, databases.primary, logger, {
     // SQLite's reader sees every commit at once (WAL); a PostgreSQL replica may lag a revocation.
     ...(databases.dialect === 'sqlite' ? { lookups: databases.reader } : {}),
     ...options.identity,
-    keyEvents: async (event) => {
-      await audit.recordKeyEvent(event);
-      await options.identity?.keyEvents?.(event);
-    },
+    writes,
     ...(redis ? { revocations: redis.revocations, rateCounter: redis.rateCounter } : {}),
   });
   const publish = new PublishService(
-    { db: databases.primary, objectStore, changes: generation },
+    { db: databases.primary, objectStore, writes },
     { maxContentBytes: config.maxContentBytes },
   );
   return {
@@ -115,7 +115,8 @@ export function createServices(
     objectStore,
     content,
     answers,
-    generation,
+    follower,
+    writes,
     playbook,
     publish,
     readiness,
@@ -126,7 +127,7 @@ export function createServices(
     gettingStarted: (address) => identity.gettingStarted(address),
     close: async () => {
       unobserve();
-      generation.stop();
+      follower.stop();
       // Pending lastUsedAt times are written while the database is still open.
       await identity.close();
       await storage.close();

@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { DataGeneration } from './catalog/data-generation.js';
+import { ChangeFollower } from './changes/change-follower.js';
+import { UnitOfWork, type UnitOfWorkOptions } from './changes/unit-of-work.js';
 import type { Config } from './config.js';
 import type { ContentStore } from './content/content-store.js';
 import { DirectoryContentStore } from './content/directory-store.js';
@@ -9,8 +10,8 @@ import { createDatabases, type Databases } from './db/create-db.js';
 import { connectRedisSharedState, type RedisSharedState } from './redis/redis-shared-state.js';
 
 /**
- * What every command stands on: the databases, the object store, Redis when configured, and the data
- * generation that tells instances their answers are stale. The commands that only write Catalog data
+ * What every command stands on: the databases, the object store, Redis when configured, the unit of
+ * work every write passes through, and the follower of the change log it appends to. The commands that only write Catalog data
  * (`import`, `migrate`, `accounts`) open this much and no more; `createServices` builds the service on it.
  */
 export interface Storage {
@@ -20,15 +21,20 @@ export interface Storage {
   readonly objectStore: ContentStore;
   /** Shared state of the instances, when `PLAYBOOK_REDIS_URL` is set. */
   readonly redis: RedisSharedState | undefined;
-  readonly generation: DataGeneration;
+  /** Follows the change log: what every instance's answers in memory drop, and when. */
+  readonly follower: ChangeFollower;
+  /** The one way a write reaches the database (see changes/unit-of-work.ts). */
+  readonly writes: UnitOfWork;
   close(): Promise<void>;
 }
 
 export interface StorageOptions {
   /** The clock of Redis's per-instance fallback counter (the identity's clock). */
   readonly now?: () => number;
-  /** How often the data generation is read (tests that prove Redis alone carries a change slow it). */
-  readonly dataGenerationPollMs?: number;
+  /** How often the change log is read (tests that prove Redis alone carries a change slow it). */
+  readonly changePollMs?: number;
+  /** Runs in each write's transaction just before its commit (tests make a write fail there). */
+  readonly beforeCommit?: UnitOfWorkOptions['beforeCommit'];
 }
 
 export function createObjectStore(config: Config): ContentStore & { close?(): void } {
@@ -55,20 +61,26 @@ export function createStorage(
     config.redisUrl === undefined
       ? undefined
       : connectRedisSharedState(config.redisUrl, logger, options.now ? { now: options.now } : {});
-  // Read from the database reads go to: a generation seen there comes with the data it stands for.
-  const generation = new DataGeneration(databases.reader, {
+  // Read from the database reads go to: a change seen there comes with the data it stands for.
+  const follower = new ChangeFollower(databases.reader, {
     logger,
     ...(redis ? { changes: redis.dataChanges } : {}),
-    ...(options.dataGenerationPollMs === undefined ? {} : { pollMs: options.dataGenerationPollMs }),
+    ...(options.changePollMs === undefined ? {} : { pollMs: options.changePollMs }),
+  });
+  const writes = new UnitOfWork(databases.primary, {
+    logger,
+    announce: () => follower.announce(),
+    ...(options.beforeCommit ? { beforeCommit: options.beforeCommit } : {}),
   });
   return {
     config,
     databases,
     objectStore,
     redis,
-    generation,
+    follower,
+    writes,
     close: async () => {
-      generation.stop();
+      follower.stop();
       await redis?.close();
       objectStore.close?.();
       await databases.close();

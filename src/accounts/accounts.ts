@@ -1,3 +1,5 @@
+import type { NewChange } from '../changes/change-log.js';
+import type { UnitOfWork } from '../changes/unit-of-work.js';
 import type { Db } from '../db/tables.js';
 import { InputError } from '../errors.js';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
@@ -14,9 +16,12 @@ export async function findAccount(db: Db, accountId: string) {
   return db.selectFrom('accounts').selectAll().where('id', '=', accountId).executeTakeFirst();
 }
 
-/** Creates the account or updates the fields given; a new account has the default plan. */
+/**
+ * Creates the account or updates the fields given; a new account has the default plan. An operator's
+ * write (`playbook accounts set`): its creation or plan change is a change of the log.
+ */
 export async function setAccount(
-  db: Db,
+  writes: UnitOfWork,
   accountId: string,
   changes: { name?: string; plan?: string },
 ): Promise<{ id: string; plan: string; created: boolean }> {
@@ -27,8 +32,9 @@ export async function setAccount(
       'must be 1-128 characters of letters, digits, ".", "_", ":" or "-"',
     );
   }
-  return db.transaction().execute(async (trx) => {
-    const now = new Date().toISOString();
+  return writes.run('account-set', { actor: { type: 'operator' } }, async (write) => {
+    const trx = write.db;
+    const now = write.context.at;
     const existing = await findAccount(trx, accountId);
     if (!existing) {
       const plan = changes.plan ?? DEFAULT_PLAN;
@@ -36,6 +42,7 @@ export async function setAccount(
         .insertInto('accounts')
         .values({ id: accountId, name: changes.name ?? null, plan, created_at: now, updated_at: now })
         .execute();
+      await write.append([accountCreated(accountId, plan)]);
       return { id: accountId, plan, created: true };
     }
     const update = {
@@ -49,8 +56,29 @@ export async function setAccount(
         .where('id', '=', accountId)
         .execute();
     }
+    // A name is no one's view of anything; a plan decides what the account's callers see.
+    if (changes.plan !== undefined && changes.plan !== existing.plan) {
+      await write.append([
+        {
+          namespace: accountId,
+          type: 'account.plan_changed',
+          target: { kind: 'account', id: accountId },
+          summary: `account ${accountId}: plan ${existing.plan} → ${changes.plan}`,
+        },
+      ]);
+    }
     return { id: accountId, plan: changes.plan ?? existing.plan, created: false };
   });
+}
+
+/** The change of an account created, under its own namespace. */
+export function accountCreated(accountId: string, plan = DEFAULT_PLAN): NewChange {
+  return {
+    namespace: accountId,
+    type: 'account.created',
+    target: { kind: 'account', id: accountId },
+    summary: `account ${accountId} created (plan ${plan})`,
+  };
 }
 
 /**
@@ -67,16 +95,19 @@ export async function lockAccount(db: Db, accountId: string): Promise<void> {
 }
 
 /**
- * Creates the account with the default plan unless it exists, on the caller's connection or
- * transaction (`playbook import --account` and key creation create theirs inside their transaction).
+ * Creates the account with the default plan unless it exists, on the caller's transaction
+ * (`playbook import --account` and key creation create theirs inside theirs); true when it did, and
+ * the caller appends `accountCreated`.
  *
  * @example
  * await db.transaction().execute((trx) => createAccountIfAbsent(trx, 'acme', new Date().toISOString()));
  */
-export async function createAccountIfAbsent(db: Db, accountId: string, now: string): Promise<void> {
-  await db
+export async function createAccountIfAbsent(db: Db, accountId: string, now: string): Promise<boolean> {
+  const inserted = await db
     .insertInto('accounts')
     .values({ id: accountId, name: null, plan: DEFAULT_PLAN, created_at: now, updated_at: now })
     .onConflict((oc) => oc.column('id').doNothing())
-    .execute();
+    .returning('id')
+    .executeTakeFirst();
+  return inserted !== undefined;
 }

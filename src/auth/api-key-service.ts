@@ -1,5 +1,7 @@
-import { createAccountIfAbsent, lockAccount } from '../accounts/accounts.js';
+import { accountCreated, createAccountIfAbsent, lockAccount } from '../accounts/accounts.js';
 import type { Broadcast } from '../broadcast.js';
+import type { ChangeActor, NewChange } from '../changes/change-log.js';
+import type { UnitOfWork, WriteScope } from '../changes/unit-of-work.js';
 import type { ApiKeyRow, Db } from '../db/tables.js';
 import { ConflictError, ForbiddenError, InputError, LimitError, NotFoundError } from '../errors.js';
 import { type PageRequest, readPage } from '../paging.js';
@@ -29,27 +31,6 @@ export type RevokeOutcome = 'revoked' | 'already-revoked' | 'not-found';
 /** A leaked token's verdict, as the secret scanning partner program labels it (D22). */
 export type LeakVerdict = 'true_positive' | 'false_positive';
 
-/** Who caused a key event. */
-export type KeyActor =
-  | { readonly type: 'user'; readonly id: string }
-  | { readonly type: 'operator' }
-  | { readonly type: 'leak-report'; readonly url?: string };
-
-/**
- * Something that happened to a key, reported once it is committed (D22). The audit trail (D23)
- * subscribes here; until then nothing records these.
- */
-export interface KeyEvent {
-  readonly type: 'created' | 'rolled' | 'revoked' | 'leak-revoked';
-  readonly at: string;
-  readonly keyId: string;
-  readonly accountId: string;
-  readonly actor: KeyActor;
-  /** For `rolled`: the key that replaces this one. */
-  readonly replacedBy?: string;
-  readonly requestId?: string;
-}
-
 /** D22's bounds of a roll's overlap, in seconds. */
 export const MAX_ROLL_OVERLAP_S = 604_800;
 export const DEFAULT_ROLL_OVERLAP_S = 86_400;
@@ -62,8 +43,8 @@ export interface ApiKeyServiceOptions {
   readonly revocations: Broadcast;
   /** Uses not yet written, so that a list shows them before the next flush. */
   readonly usage?: UsageRecorder;
-  /** Told of every key event once committed: the seam of the audit trail. */
-  readonly events?: (event: KeyEvent) => void | Promise<void>;
+  /** The way every key event reaches the database, with its change in the log. */
+  readonly writes: UnitOfWork;
   readonly now?: () => number;
 }
 
@@ -112,16 +93,13 @@ export class ApiKeyService {
       expiresAt = new Date(at).toISOString();
     }
     const minted = this.mint(user, { ...input, expiresAt }, now);
-    await this.db.transaction().execute(async (trx) => {
-      await createAccountIfAbsent(trx, input.accountId, minted.row.created_at);
-      await this.insertWithinCap(trx, minted.row, 0);
-    });
-    await this.emit({
-      type: 'created',
-      keyId: minted.row.id,
-      accountId: input.accountId,
-      actor: byUser(user),
-      ...requestOf(user),
+    const at = minted.row.created_at;
+    await this.options.writes.run('key-create', writerOf(user, at), async (write) => {
+      if (await createAccountIfAbsent(write.db, input.accountId, at)) {
+        await write.append([accountCreated(input.accountId)]);
+      }
+      await this.insertWithinCap(write.db, minted.row, 0);
+      await write.append([keyChange(minted.row, 'api_key.created', `API key ${minted.row.id} created`)]);
     });
     return minted.created;
   }
@@ -133,7 +111,9 @@ export class ApiKeyService {
    */
   async rollFor(user: KeyManager, keyId: string, overlapSeconds: number): Promise<CreatedApiKey> {
     const now = this.now();
-    const created = await this.db.transaction().execute(async (trx) => {
+    const at = new Date(now).toISOString();
+    const created = await this.options.writes.run('key-roll', writerOf(user, at), async (write) => {
+      const trx = write.db;
       const old = await repo.findApiKey(trx, keyId);
       if (!old || !user.accounts.includes(old.account_id)) throw new NotFoundError('no such API key');
       const minted = this.mint(
@@ -154,19 +134,13 @@ export class ApiKeyService {
         });
       });
       await repo.expireApiKeyBy(trx, keyId, new Date(now + overlapSeconds * 1000).toISOString());
+      await write.append([
+        keyChange(old, 'api_key.rolled', `API key ${keyId} rolled; replaced by ${minted.row.id}`),
+      ]);
       return minted;
     });
     // Every instance re-reads the old key's expiry at once rather than within a second.
     await this.options.revocations.publish(keyId);
-    const { row } = created;
-    await this.emit({
-      type: 'rolled',
-      keyId,
-      accountId: row.account_id,
-      actor: byUser(user),
-      replacedBy: row.id,
-      ...requestOf(user),
-    });
     return created.created;
   }
 
@@ -242,24 +216,37 @@ export class ApiKeyService {
   async revokeFor(user: KeyManager, keyId: string): Promise<void> {
     const row = await repo.findApiKey(this.db, keyId);
     if (!row || !user.accounts.includes(row.account_id)) throw new NotFoundError('no such API key');
-    await this.revoke(keyId, byUser(user), user.requestId);
+    await this.revoke(keyId, { type: 'user', id: user.subject }, user.requestId);
   }
 
   async revoke(
     keyId: string,
-    actor: KeyActor = { type: 'operator' },
+    actor: ChangeActor = { type: 'operator' },
     requestId?: string,
   ): Promise<RevokeOutcome> {
-    const revoked = await repo.revokeApiKey(this.db, keyId, new Date(this.now()).toISOString());
-    const row = await repo.findApiKey(this.db, keyId);
-    if (!row) return 'not-found';
+    const at = new Date(this.now()).toISOString();
+    const outcome = await this.options.writes.run(
+      'key-revoke',
+      { actor, requestId, at },
+      async (write: WriteScope): Promise<RevokeOutcome> => {
+        const revoked = await repo.revokeApiKey(write.db, keyId, at);
+        const row = await repo.findApiKey(write.db, keyId);
+        if (!row) return 'not-found';
+        if (!revoked) return 'already-revoked';
+        const leaked = actor.type === 'leak-report';
+        await write.append([
+          keyChange(
+            row,
+            leaked ? 'api_key.leak_revoked' : 'api_key.revoked',
+            `API key ${keyId} revoked${leaked ? ': reported leaked' : ''}`,
+          ),
+        ]);
+        return 'revoked';
+      },
+    );
     // Announced even when already revoked: a cheap repeat that heals a lost announcement.
-    await this.options.revocations.publish(keyId);
-    if (revoked) {
-      const type = actor.type === 'leak-report' ? 'leak-revoked' : 'revoked';
-      await this.emit({ type, keyId, accountId: row.account_id, actor, ...requestOf({ requestId }) });
-    }
-    return revoked ? 'revoked' : 'already-revoked';
+    if (outcome !== 'not-found') await this.options.revocations.publish(keyId);
+    return outcome;
   }
 
   /**
@@ -274,21 +261,23 @@ export class ApiKeyService {
     const digest = this.options.hasher.digest(parsed.secret);
     const stored = row ? Buffer.from(row.secret_hash, 'hex') : Buffer.alloc(digest.length);
     if (!row || !digestsEqual(digest, stored)) return 'false_positive';
-    await this.revoke(row.id, { type: 'leak-report', ...(url === undefined ? {} : { url }) }, requestId);
+    await this.revoke(row.id, { type: 'leak-report', ...(url === undefined ? {} : { id: url }) }, requestId);
     return 'true_positive';
   }
-
-  private async emit(event: Omit<KeyEvent, 'at'>): Promise<void> {
-    await this.options.events?.({ ...event, at: new Date(this.now()).toISOString() });
-  }
 }
 
-function requestOf(source: { readonly requestId?: string | undefined }): { requestId?: string } {
-  return source.requestId === undefined ? {} : { requestId: source.requestId };
+/** A user's key event, as the unit of work is told of it. */
+function writerOf(user: KeyManager, at: string) {
+  return { actor: { type: 'user', id: user.subject } as const, requestId: user.requestId, at };
 }
 
-function byUser(user: KeyManager): KeyActor {
-  return { type: 'user', id: user.subject };
+/** The change a key event appends to the log, under the key's account. */
+function keyChange(
+  row: Pick<ApiKeyRow, 'id' | 'account_id'>,
+  type: NewChange['type'],
+  summary: string,
+): NewChange {
+  return { namespace: row.account_id, type, target: { kind: 'api_key', id: row.id }, summary };
 }
 
 /** A 403 unless the user's access token names `accountId` among the accounts it may act for. */

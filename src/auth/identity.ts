@@ -2,11 +2,12 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { RemoteJWKSetOptions } from 'jose';
 import { AccountPlans } from '../accounts/account-plans.js';
 import { type Broadcast, InProcessBroadcast } from '../broadcast.js';
+import { UnitOfWork } from '../changes/unit-of-work.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/tables.js';
 import { AccessTokenVerifier } from './access-tokens.js';
 import { findApiKeyWithPlan } from './api-key-repository.js';
-import { ApiKeyService, type KeyEvent } from './api-key-service.js';
+import { ApiKeyService } from './api-key-service.js';
 import { type ApiKeyLookup, ApiKeyVerifier } from './api-key-verifier.js';
 import { CredentialAuthenticator } from './credential-authenticator.js';
 import { DevTokenSigner } from './dev-signer.js';
@@ -29,8 +30,8 @@ export interface IdentityOptions {
   readonly jwks?: RemoteJWKSetOptions;
   /** How often an unknown leak-report key identifier may fetch the key list again (60 s). */
   readonly leakKeysRefetchAfterMs?: number;
-  /** Told of every key event (D22), once committed: the audit trail (D23) is composed above this. */
-  readonly keyEvents?: (event: KeyEvent) => void | Promise<void>;
+  /** The unit of work key events go through; one on `db` that announces nothing by default. */
+  readonly writes?: UnitOfWork;
   /**
    * Where keys and plans are looked up when a request is authenticated: the primary by default. A
    * connection that sees every commit at once and never waits for a write transaction (SQLite's
@@ -99,9 +100,7 @@ export function createIdentity(
     hasher,
     revocations,
     usage,
-    events: async (event) => {
-      await options.keyEvents?.(event);
-    },
+    writes: options.writes ?? new UnitOfWork(db),
     now,
   });
   const leakSignatures =

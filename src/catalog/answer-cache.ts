@@ -1,4 +1,5 @@
 import { LRUCache } from 'lru-cache';
+import type { FollowedChanges } from '../changes/change-follower.js';
 import { Answer, type ReadAnswer } from '../http/answer.js';
 import { answerCacheLookups } from '../observability/metrics.js';
 import type { ListPositions } from './read-repository.js';
@@ -10,6 +11,13 @@ const ENTRY_OVERHEAD_BYTES = 128;
 
 interface Entry {
   readonly answer: ReadAnswer;
+  /** The namespaces whose changes make it stale: `svc`, an account id, or both. */
+  readonly namespaces: readonly string[];
+}
+
+interface HeldPositions {
+  readonly positions: ListPositions;
+  readonly namespaces: readonly string[];
 }
 
 export interface AnswerCacheStats {
@@ -29,17 +37,22 @@ const MISS = answerCacheLookups.bind({ result: 'miss' });
  * byte budget (`PLAYBOOK_ANSWER_CACHE_BYTES`), least recently used first out, compressed forms counted
  * as they are made.
  *
- * The data behind every answer changes only by writes that advance the data generation, and
- * `clear()` is called whenever the generation moves (see data-generation.ts). An answer made from
- * reads that began before a `clear()` is never kept: `ticket()` is taken before reading, and `set`
- * refuses a ticket from before the latest clear.
+ * Each answer is kept with the namespaces it is made of (`svc` for service-owned content, the account
+ * for an account's own), and only a change in one of them drops it (`drop`, told by the change
+ * follower): one account's writes leave every other account's answers in memory. An answer made from
+ * reads that began before a drop of one of its namespaces is never kept: `ticket()` is taken before
+ * reading, and `set` refuses a ticket older than the last drop of any namespace the answer names.
  */
 export class AnswerCache {
   private readonly entries: LRUCache<string, Entry> | undefined;
   /** The positions of lists of Resources (see `ListPositions`): small, and kept whatever the budget. */
-  private readonly lists = new LRUCache<string, ListPositions>({ max: 1000 });
+  private readonly lists = new LRUCache<string, HeldPositions>({ max: 1000 });
   private readonly loading = new Map<string, Promise<ReadAnswer>>();
-  private epoch = 0;
+  /** Counts drops and clears; a ticket is its value when taken. */
+  private drops = 0;
+  private lastClear = 0;
+  /** The drop count at each namespace's last drop. */
+  private readonly lastDrop = new Map<string, number>();
   private hits = 0;
   private misses = 0;
 
@@ -68,28 +81,35 @@ export class AnswerCache {
 
   /** Taken before reading what an answer is made of, and handed to `set` with the answer. */
   ticket(): number {
-    return this.epoch;
+    return this.drops;
   }
 
-  set(key: string, answer: ReadAnswer, ticket: number): void {
-    if (!this.entries || ticket !== this.epoch) return;
-    this.entries.set(key, { answer });
+  /** Keeps `answer`, made of `namespaces`, unless one of them changed since `ticket` was taken. */
+  set(key: string, answer: ReadAnswer, ticket: number, namespaces: readonly string[]): void {
+    if (!this.entries || !this.current(ticket, namespaces)) return;
+    const entry: Entry = { answer, namespaces };
+    this.entries.set(key, entry);
     if (answer instanceof Answer) {
       // A compressed form made later is counted then: a new entry object makes the cache measure again.
       answer.onGrow = () => {
-        if (this.entries?.peek(key)?.answer === answer) this.entries.set(key, { answer });
+        if (this.entries?.peek(key)?.answer === answer) this.entries.set(key, { ...entry });
       };
     }
+  }
+
+  private current(ticket: number, namespaces: readonly string[]): boolean {
+    if (this.lastClear > ticket) return false;
+    return namespaces.every((namespace) => (this.lastDrop.get(namespace) ?? 0) <= ticket);
   }
 
   /**
    * `load()`, unless a load of the same key is under way: concurrent requests for an answer not held
    * yet wait for one load, rather than each reading and serializing it (a list of catalogs can be
    * megabytes). Its outcome, answer or error, goes to every waiter; only answers are kept, by `load`.
-   * A request that comes after a `clear()` never waits for a load begun before it.
+   * A request that comes after a drop never waits for a load begun before it.
    */
   once(key: string, load: () => Promise<ReadAnswer>): Promise<ReadAnswer> {
-    const loadKey = `${this.epoch}|${key}`;
+    const loadKey = `${this.drops}|${key}`;
     const pending = this.loading.get(loadKey);
     if (pending) return pending;
     const started = load().finally(() => this.loading.delete(loadKey));
@@ -97,18 +117,59 @@ export class AnswerCache {
     return started;
   }
 
-  /** The positions of a list of Resources, kept as answers are, until the data changes. */
+  /** The positions of a list of Resources, kept as answers are, until their namespace changes. */
   positions(key: string): ListPositions | undefined {
-    return this.lists.get(key);
+    return this.lists.get(key)?.positions;
   }
 
-  keepPositions(key: string, positions: ListPositions, ticket: number): void {
-    if (ticket === this.epoch) this.lists.set(key, positions);
+  keepPositions(key: string, positions: ListPositions, ticket: number, namespaces: readonly string[]): void {
+    if (this.current(ticket, namespaces)) this.lists.set(key, { positions, namespaces });
+  }
+
+  /**
+   * Forgets the answers and list positions made of any of `namespaces`; those of them being made now
+   * are not kept either. The rest stay.
+   */
+  drop(namespaces: Iterable<string>): void {
+    const dropped = new Set(namespaces);
+    if (dropped.size === 0) return;
+    this.drops++;
+    for (const namespace of dropped) this.lastDrop.set(namespace, this.drops);
+    const touches = (held: { readonly namespaces: readonly string[] }) =>
+      held.namespaces.some((namespace) => dropped.has(namespace));
+    if (this.entries) {
+      const stale: string[] = [];
+      for (const [key, entry] of this.entries.entries()) if (touches(entry)) stale.push(key);
+      for (const key of stale) this.entries.delete(key);
+    }
+    const stalePositions: string[] = [];
+    for (const [key, held] of this.lists.entries()) if (touches(held)) stalePositions.push(key);
+    for (const key of stalePositions) this.lists.delete(key);
+  }
+
+  /**
+   * What the change follower learned: the namespaces of changes that decide answers (Catalogs,
+   * Resources, an account's plan) are dropped; key events decide none. When the follower could not
+   * say what changed, everything is.
+   */
+  follow(followed: FollowedChanges): void {
+    if (followed.startAfresh) {
+      this.clear();
+      return;
+    }
+    const touched = new Set<string>();
+    for (const change of followed.changes) {
+      if (!change.type.startsWith('api_key.')) touched.add(change.namespace);
+    }
+    this.drop(touched);
   }
 
   /** Forgets every answer and list position; those being made now are not kept either. */
   clear(): void {
-    this.epoch++;
+    this.drops++;
+    this.lastClear = this.drops;
+    // Every namespace's last drop is at most the last clear from now on.
+    this.lastDrop.clear();
     this.entries?.clear();
     this.lists.clear();
   }

@@ -1,4 +1,5 @@
 import type { Principal } from '../auth/principal.js';
+import { SERVICE_NAMESPACE } from '../changes/change-log.js';
 import type { ContentReader } from '../content/content-reader.js';
 import type { Db } from '../db/tables.js';
 import { ForbiddenError, NotFoundError } from '../errors.js';
@@ -48,6 +49,16 @@ function accountView(principal: Principal): Audience {
     : { kind: 'account', accountId: principal.accountId };
 }
 
+/** The namespace of what `catalogAccountId` (null for the service) owns. */
+function namespaceOf(catalogAccountId: string | null): string {
+  return catalogAccountId ?? SERVICE_NAMESPACE;
+}
+
+/** What a list of Catalogs in `principal`'s view is made of: the service's, and its account's. */
+function viewNamespaces(principal: Principal): string[] {
+  return principal.accountId === null ? [SERVICE_NAMESPACE] : [SERVICE_NAMESPACE, principal.accountId];
+}
+
 /** A filter's values as one canonical text: the same set in any order and repetition is the same key. */
 function setKey(values: readonly string[] | undefined): string {
   return [...new Set(values ?? [])].sort().join(',');
@@ -59,8 +70,8 @@ function setKey(values: readonly string[] | undefined): string {
  * Each answer is kept in memory (`AnswerCache`) under a key that names the operation, its parameters
  * and the audience the answer is right for (`audienceOf`): the caller's account, or for service-owned
  * content every caller on the same plan. Scopes are checked before any of this, by the route. A miss
- * reads storage through the visibility rules, as for a first request, and keeps what it made; the
- * cache forgets everything when the data generation moves. So a hit answers exactly what a miss
+ * reads storage through the visibility rules, as for a first request, and keeps what it made with the
+ * namespaces it is made of; a change in one of them drops it. So a hit answers exactly what a miss
  * would, and costs a lookup.
  */
 export class PlaybookService {
@@ -94,7 +105,8 @@ export class PlaybookService {
           (window) => repo.listCatalogs(this.db, principal, filters, window),
         );
         const data = rows.map((row) => toCatalog(row.catalog, row.currentVersion));
-        return this.keep(key, Answer.json(serialize({ data, meta })), ticket);
+        const namespaces = scopes === 'svc' ? [SERVICE_NAMESPACE] : viewNamespaces(principal);
+        return this.keep(key, Answer.json(serialize({ data, meta })), ticket, namespaces);
       })
     );
   }
@@ -116,13 +128,20 @@ export class PlaybookService {
         if (!catalog) throw new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`);
         const kinds = query.kind ?? [];
         const listKey = answerKey('positions', null, catalog.id, setKey(kinds));
+        const namespaces = [namespaceOf(catalog.account_id)];
         const positions =
           this.answers.positions(listKey) ??
-          this.keepPositions(listKey, await repo.resourcePositions(this.db, catalog, kinds), ticket);
+          this.keepPositions(
+            listKey,
+            await repo.resourcePositions(this.db, catalog, kinds),
+            ticket,
+            namespaces,
+          );
         const { rows, meta } = await readPage(query, positions.total, (window) =>
           repo.listResources(this.db, catalog, kinds, window, positions),
         );
-        return this.keep(key, Answer.json(serialize({ data: rows.map(toResourceListItem), meta })), ticket);
+        const answer = Answer.json(serialize({ data: rows.map(toResourceListItem), meta }));
+        return this.keep(key, answer, ticket, namespaces);
       })
     );
   }
@@ -143,7 +162,8 @@ export class PlaybookService {
         const { content_hash, storage_backend } = row.currentVersion;
         const content = await this.content.read(storage_backend, content_hash);
         const answer = Answer.json(serialize(toResourceDetail(row, content)));
-        return this.keep(key(audienceOf(principal, row.catalogAccountId)), answer, ticket);
+        const namespaces = [namespaceOf(row.catalogAccountId)];
+        return this.keep(key(audienceOf(principal, row.catalogAccountId)), answer, ticket, namespaces);
       })
     );
   }
@@ -167,7 +187,8 @@ export class PlaybookService {
           (window) => repo.listVersions(this.db, principal, resourceId, window),
         );
         const answer = Answer.json(serialize({ data: rows.map(toVersionSummary), meta }));
-        return this.keep(key(audienceOf(principal, gate.catalogAccountId)), answer, ticket);
+        const namespaces = [namespaceOf(gate.catalogAccountId)];
+        return this.keep(key(audienceOf(principal, gate.catalogAccountId)), answer, ticket, namespaces);
       })
     );
   }
@@ -197,6 +218,7 @@ export class PlaybookService {
         const { version, gate } = found;
         this.checkPlan(principal, gate.catalogAccountId, gate.facets);
         const audienceKey = key(audienceOf(principal, gate.catalogAccountId));
+        const namespaces = [namespaceOf(gate.catalogAccountId)];
         // Every field but the content, and the content's hash, which stands for it.
         const withoutContent = serialize(toVersionDetail(version, ''));
         const tag = tagOf(`${withoutContent}\n${version.content_hash}`);
@@ -204,7 +226,7 @@ export class PlaybookService {
         const load = async () => {
           const content = await this.content.read(version.storage_backend, version.content_hash);
           const answer = Answer.json(serialize(toVersionDetail(version, content)), tag);
-          return this.keep(audienceKey, answer, ticket);
+          return this.keep(audienceKey, answer, ticket, namespaces);
         };
         const lazy: LazyAnswer = {
           tag,
@@ -219,7 +241,7 @@ export class PlaybookService {
             return loading;
           },
         };
-        return this.keep(audienceKey, lazy, ticket);
+        return this.keep(audienceKey, lazy, ticket, namespaces);
       })
     );
   }
@@ -234,13 +256,23 @@ export class PlaybookService {
     );
   }
 
-  private keepPositions(key: string, positions: repo.ListPositions, ticket: number): repo.ListPositions {
-    this.answers.keepPositions(key, positions, ticket);
+  private keepPositions(
+    key: string,
+    positions: repo.ListPositions,
+    ticket: number,
+    namespaces: readonly string[],
+  ): repo.ListPositions {
+    this.answers.keepPositions(key, positions, ticket, namespaces);
     return positions;
   }
 
-  private keep<A extends ReadAnswer>(key: string, answer: A, ticket: number): A {
-    this.answers.set(key, answer, ticket);
+  private keep<A extends ReadAnswer>(
+    key: string,
+    answer: A,
+    ticket: number,
+    namespaces: readonly string[],
+  ): A {
+    this.answers.set(key, answer, ticket, namespaces);
     return answer;
   }
 

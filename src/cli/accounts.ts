@@ -18,7 +18,7 @@ export function registerAccountsCommand(program: Command, context: CliContext): 
       }
       const services = await context.openStorage();
       try {
-        const account = await setAccount(services.databases.primary, accountId, options);
+        const account = await setAccount(services.writes, accountId, options);
         context.stdout.write(
           `account ${account.id} (plan ${account.plan}) ${account.created ? 'created' : 'updated'}\n`,
         );

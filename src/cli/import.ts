@@ -47,7 +47,7 @@ export function registerImportCommand(program: Command, context: CliContext): vo
           {
             db: services.databases.primary,
             objectStore: services.objectStore,
-            changes: services.generation,
+            writes: services.writes,
           },
           {
             dir,

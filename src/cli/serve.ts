@@ -47,8 +47,8 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       if (config.database.kind === 'sqlite' && config.contentStore.kind === 'directory') {
         await importDemoContentIfEmpty(services, logger);
       }
-      // From here on, a write made by any process (another instance, `playbook import`) shows here.
-      await services.generation.start();
+      // From here on, a write made by any process (another instance, `playbook import`) shows here, through the change log.
+      await services.follower.start();
 
       let stopping = false;
       const shutdown = (signal: string) => {

@@ -5,6 +5,7 @@ import * as apiKeys from './migrations/0002-api-keys.js';
 import * as byteOrderAndListIndexes from './migrations/0003-byte-order-and-list-indexes.js';
 import * as dataGenerationAndPageIndex from './migrations/0004-data-generation-and-page-index.js';
 import * as auditEvents from './migrations/0005-audit-events.js';
+import * as changeLog from './migrations/0006-change-log.js';
 import type { Dialect } from './tables.js';
 
 /** A migration of ours: written against no table types, told which dialect it runs on. */
@@ -20,10 +21,27 @@ const migrations: Record<string, DialectMigration> = {
   '0003-byte-order-and-list-indexes': byteOrderAndListIndexes,
   '0004-data-generation-and-page-index': dataGenerationAndPageIndex,
   '0005-audit-events': auditEvents,
+  '0006-change-log': changeLog,
 };
 
 /** Brings the schema of the primary database up to date; throws with the failing migration's name. */
-export async function migrateToLatest(databases: Pick<Databases, 'primary' | 'dialect'>): Promise<string[]> {
+export function migrateToLatest(databases: Pick<Databases, 'primary' | 'dialect'>): Promise<string[]> {
+  return migrate(databases, (migrator) => migrator.migrateToLatest());
+}
+
+/** Brings the schema up to the migration named `target` and no further (a test of the next one's data). */
+export function migrateTo(
+  databases: Pick<Databases, 'primary' | 'dialect'>,
+  target: string,
+): Promise<string[]> {
+  if (!(target in migrations)) throw new Error(`no migration named ${target}`);
+  return migrate(databases, (migrator) => migrator.migrateTo(target));
+}
+
+async function migrate(
+  databases: Pick<Databases, 'primary' | 'dialect'>,
+  run: (migrator: Migrator) => Promise<MigrationResultSet>,
+): Promise<string[]> {
   const { dialect } = databases;
   const bound: Record<string, Migration> = {};
   for (const [name, migration] of Object.entries(migrations)) {
@@ -38,7 +56,7 @@ export async function migrateToLatest(databases: Pick<Databases, 'primary' | 'di
     db: databases.primary as unknown as Kysely<unknown>,
     provider: { getMigrations: async () => bound },
   });
-  const result: MigrationResultSet = await migrator.migrateToLatest();
+  const result: MigrationResultSet = await run(migrator);
   if (result.error) {
     const failed = result.results?.find((r) => r.status === 'Error')?.migrationName ?? 'unknown';
     throw new Error(`migration ${failed} failed: ${String(result.error)}`, { cause: result.error });

@@ -1,4 +1,4 @@
-import type { Insertable, Kysely, Selectable } from 'kysely';
+import type { ColumnType, Insertable, Kysely, Selectable } from 'kysely';
 import type { LifecycleStatus } from '../schemas/common.js';
 import type { Environment } from '../schemas/identity.js';
 import type { ResourceKind, StorageBackend, VersionStatus } from '../schemas/playbook.js';
@@ -107,23 +107,30 @@ export interface ApiKeyTable {
 }
 
 /**
- * One row: a number that every write of Catalog data (an import, a publication) increases in the
- * transaction that makes it, so that every instance can tell its cached answers are stale.
+ * One row: the change log's head, the `seq` of its last change. A write that appends changes advances
+ * it in its transaction, which makes writers commit in the order of their changes.
  */
 export interface DataGenerationTable {
   id: number;
   generation: number;
 }
 
-/** D23: what happened to an account's Catalogs and keys, who did it, and when; never changed. */
-export interface AuditEventTable {
+/**
+ * The change log: what every write changed, one row per change, in the write's own transaction, never
+ * changed or removed. `seq` is the order of commits (see changes/change-log.ts).
+ */
+export interface ChangeTable {
+  /** bigint on PostgreSQL, whose driver reads it as text. */
+  seq: ColumnType<number | string, number, never>;
   id: string;
   at: string;
-  account_id: string;
+  namespace: string;
+  type: string;
+  target_kind: string;
+  target_id: string;
+  target_ref: string | null;
   actor_type: 'api-key' | 'user' | 'operator' | 'leak-report';
   actor_id: string | null;
-  action: string;
-  target: string;
   request_id: string | null;
   summary: string;
 }
@@ -138,7 +145,7 @@ export interface Database {
   content_blobs: ContentBlobTable;
   api_keys: ApiKeyTable;
   data_generation: DataGenerationTable;
-  audit_events: AuditEventTable;
+  changes: ChangeTable;
 }
 
 export type Db = Kysely<Database>;
@@ -152,4 +159,4 @@ export type ResourceRow = Selectable<ResourceTable>;
 export type ResourceVersionRow = Selectable<ResourceVersionTable>;
 export type ApiKeyRow = Selectable<ApiKeyTable>;
 export type NewApiKey = Insertable<ApiKeyTable>;
-export type AuditEventRow = Selectable<AuditEventTable>;
+export type ChangeRow = Selectable<ChangeTable>;

@@ -17,6 +17,7 @@ import {
   PreconditionFailedError,
   RateLimitError,
   UnavailableError,
+  WriteContentionError,
 } from '../errors.js';
 import { redactCredentials } from '../redact-url.js';
 import {
@@ -229,6 +230,8 @@ function classify(error: FastifyError | Error): {
   }
   if (error instanceof RateLimitError) return { status: 429, code: 'rate_limited', detail: error.message };
   // Backends translate their outages where they happen (the database adapter, the S3 store).
+  if (error instanceof WriteContentionError)
+    return { status: 503, code: 'unavailable', detail: error.message };
   if (error instanceof UnavailableError) {
     return {
       status: 503,
@@ -289,7 +292,9 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   if (status >= 500) request.log.error({ err: error }, 'request failed');
   // The access line (access-log.ts) says why; a refusal is no event of its own.
   request.refusal = { code, detail };
-  if (error instanceof RateLimitError) reply.header('retry-after', String(error.retryAfterSeconds));
+  if (error instanceof RateLimitError || error instanceof UnavailableError) {
+    reply.header('retry-after', String(error.retryAfterSeconds));
+  }
   if (error instanceof MethodNotAllowedError) reply.header('allow', error.allowed.join(', '));
   if (status === 401) reply.header('www-authenticate', 'Bearer, ApiKey header="x-api-key"');
   // Errors raised before the onRequest hooks (router errors) have not had their request id set yet.

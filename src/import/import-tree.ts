@@ -1,9 +1,10 @@
-import { type DataGeneration, readDataGeneration } from '../catalog/data-generation.js';
+import { readHead } from '../changes/change-log.js';
+import { UnitOfWork, type WriteName, type Writer } from '../changes/unit-of-work.js';
 import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';
 import { ConflictError, PreconditionFailedError } from '../errors.js';
 import { catalogWriteDuration, catalogWrites, secondsSince } from '../observability/metrics.js';
-import { nextTurn, yieldIfBusy } from '../pace.js';
+import { yieldIfBusy } from '../pace.js';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import { ImportValidationError } from './import-error.js';
 import { type ImportReport, summarize } from './import-report.js';
@@ -20,8 +21,8 @@ export interface ImportDeps {
   readonly db: Db;
   /** Where `object-storage` content goes; `database-text` content goes through the transaction. */
   readonly objectStore: ContentStore;
-  /** Told once a change has committed, so that every instance's read answers follow at once. */
-  readonly changes?: Pick<DataGeneration, 'announce'>;
+  /** The one way writes reach the database; by default one that announces nothing (a test's). */
+  readonly writes?: UnitOfWork;
 }
 
 export interface ImportOptions {
@@ -89,10 +90,12 @@ export interface ApplyOptions {
    * refuses the change with nothing written (D23's `If-Match`).
    */
   readonly precondition?: (state: NamespaceState) => void | Promise<void>;
-  /** Runs inside the transaction once the plan is written: what must commit with it (D23's audit). */
-  readonly withinTransaction?: (trx: Db, plan: ImportPlan) => Promise<void>;
   /** The way in, for the metrics: `playbook import` (the default) or publishing over HTTP. */
   readonly via?: 'import' | 'publish';
+  /** The write, as the unit of work names it; `import` by default. */
+  readonly write?: WriteName;
+  /** Who writes: an operator (the command line) by default. */
+  readonly writer?: Writer;
 }
 
 /** What was applied: the report, the plan, and the stored state it was planned against. */
@@ -157,55 +160,43 @@ async function applyTreeOnce(deps: ImportDeps, tree: ImportTree, options: ApplyO
   };
 
   // Planned first outside any transaction, so that an unchanged tree or a dry run opens no write.
-  const plannedAt = await readDataGeneration(deps.db);
+  const plannedAt = await readHead(deps.db);
   const preview = await planImport(tree, await stateOf(deps.db), planOptions);
   if (preview.refusals.length > 0) throw new ImportValidationError(preview.refusals, 'immutable');
   // The state is read a page at a time, so a write that committed meanwhile may show in part: an
   // empty plan is trusted only if nothing was written since it began (else the transaction plans).
-  if (options.dryRun || (planIsEmpty(preview) && (await readDataGeneration(deps.db)) === plannedAt)) {
+  if (options.dryRun || (planIsEmpty(preview) && (await readHead(deps.db)) === plannedAt)) {
     return { report: await reportOf(preview, options.dryRun === true), plan: preview };
   }
 
   const stored = new Set<string>();
   const created = new Set<string>();
+  const writes = deps.writes ?? new UnitOfWork(deps.db);
+  const writer: Writer = { ...(options.writer ?? { actor: { type: 'operator' } }), at: planOptions.now };
   try {
     await storeObjects(deps.objectStore, preview, stored, onProgress, created);
     // What commits must match what storage holds at commit, even if something else wrote meanwhile:
-    // the transaction plans again, unless the data generation says nothing did (every writer of
-    // Catalog data advances it), and then the preview is the plan (a plan of 100,000 Resources is not
-    // small to make twice). Objects a new plan did not foresee are stored here.
-    const apply = () =>
-      deps.db
-        .transaction()
-        .setIsolationLevel('serializable')
-        .execute(async (trx) => {
-          const unchanged = (await readDataGeneration(trx)) === plannedAt;
-          const plan = unchanged ? preview : await planImport(tree, await stateOf(trx), planOptions);
-          // Checked again under the transaction: a write that got in since the preview may have made it false.
-          if (unchanged && options.precondition)
-            await options.precondition(await loadNamespaceState(trx, owner, slugs));
-          if (plan.refusals.length > 0) throw new ImportValidationError(plan.refusals, 'immutable');
-          if (planIsEmpty(plan)) return plan;
-          await storeObjects(deps.objectStore, plan, stored, onProgress, created);
-          await writePlan(trx, plan, onProgress);
-          await options.withinTransaction?.(trx, plan);
-          // The commit of a large write is tens of milliseconds on SQLite, whose driver runs it on
-          // this thread: it starts a slice of its own (D20).
-          await nextTurn();
-          return plan;
-        });
-    let applied: ImportPlan | undefined;
-    for (let attempt = 1; applied === undefined; attempt++) {
-      try {
-        applied = await apply();
-      } catch (error) {
-        if (attempt >= MAX_ATTEMPTS || !isWriteConflict(error)) throw error;
-        onProgress?.(`storage changed during the import; planning again (attempt ${attempt + 1})`);
-        // The writer that got in first needs time to finish: retrying at once would meet it again.
-        await new Promise((resolve) => setTimeout(resolve, RETRY_AFTER_MS * attempt * (0.5 + Math.random())));
-      }
-    }
-    if (!planIsEmpty(applied)) await deps.changes?.announce();
+    // the transaction plans again, unless the log's head says nothing did (every write appends to
+    // it), and then the preview is the plan (a plan of 100,000 Resources is not small to make twice).
+    // Objects a new plan did not foresee are stored here. A conflict with a concurrent writer runs
+    // this again (the unit of work), planning against what that writer committed.
+    const applied = await writes.run(
+      options.write ?? 'import',
+      writer,
+      async (write) => {
+        const unchanged = (await readHead(write.db)) === plannedAt;
+        const plan = unchanged ? preview : await planImport(tree, await stateOf(write.db), planOptions);
+        // Checked again under the transaction: a write that got in since the preview may have made it false.
+        if (unchanged && options.precondition)
+          await options.precondition(await loadNamespaceState(write.db, owner, slugs));
+        if (plan.refusals.length > 0) throw new ImportValidationError(plan.refusals, 'immutable');
+        if (planIsEmpty(plan)) return plan;
+        await storeObjects(deps.objectStore, plan, stored, onProgress, created);
+        await writePlan(write, plan, onProgress);
+        return plan;
+      },
+      (attempt) => onProgress?.(`storage changed during the import; planning again (attempt ${attempt})`),
+    );
     return { report: await reportOf(applied, false), plan: applied };
   } catch (error) {
     await removeUnnamed(deps, created);
@@ -232,19 +223,6 @@ async function removeUnnamed(deps: ImportDeps, created: ReadonlySet<string>): Pr
       // unreferenced, which content addressing makes harmless.
     }
   }
-}
-
-/** Transactions retried when a concurrent writer got in first; a retry plans against the new state. */
-const MAX_ATTEMPTS = 5;
-const RETRY_AFTER_MS = 100;
-
-/**
- * A conflict with a concurrent writer that a fresh attempt resolves: SQLite's stale read snapshot or
- * busy database, PostgreSQL's serialization failure or deadlock.
- */
-function isWriteConflict(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return ['SQLITE_BUSY', 'SQLITE_BUSY_SNAPSHOT', '40001', '40P01'].includes(String(code));
 }
 
 /** The report of a plan; the lines of 100,000 Resources are made a slice at a time (D20). */

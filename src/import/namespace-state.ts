@@ -1,7 +1,7 @@
+import { chunk, MAX_IN_LIST } from '../db/batches.js';
 import type { CatalogRow, Db, ResourceRow, ResourceVersionRow } from '../db/tables.js';
 import { yieldIfBusy } from '../pace.js';
 import type { ResourcePin } from '../schemas/playbook.js';
-import { chunk, MAX_IN_LIST } from './batches.js';
 import { readStoredPins } from './catalog-pins.js';
 
 /** Whose Catalogs an import writes: the service's own, or one account's. */

@@ -1,4 +1,6 @@
 import { v7 } from 'uuid';
+import { accountCreated } from '../accounts/accounts.js';
+import { type NewChange, SERVICE_NAMESPACE } from '../changes/change-log.js';
 import { canonicalJson } from '../content/hash.js';
 import type {
   CatalogFacetValueTable,
@@ -75,9 +77,10 @@ export interface ReportLine {
   line(): string;
 }
 
-/** A Resource to insert or replace: its row, made when it is written (see `PlannedVersion`). */
+/** A Resource to insert or replace: its row and its change, made when it is written (see `PlannedVersion`). */
 export interface PlannedResource {
   row(): WithManifestFrom<ResourceRow>;
+  change(): NewChange;
 }
 
 /** A new Resource of the tree, its row made from the tree when it is written. */
@@ -89,7 +92,17 @@ class NewResource implements PlannedResource, ReportLine {
     private readonly resource: TreeResource,
     private readonly versionId: string,
     private readonly now: string,
+    private readonly namespace: string,
   ) {}
+
+  change(): NewChange {
+    return {
+      namespace: this.namespace,
+      type: 'resource.created',
+      target: { kind: 'resource', id: this.id, humanRef: `${this.catalogRef}/${this.resource.slug}` },
+      summary: this.line().slice(2),
+    };
+  }
 
   line(): string {
     const { resource } = this;
@@ -133,6 +146,11 @@ export interface ImportPlan {
   readonly now: string;
   readonly accountToCreate?: string;
   readonly catalogRows: readonly CatalogRow[];
+  /**
+   * The changes of the log other than the Resources' (which each planned Resource makes when it is
+   * written): the account created, the Catalogs created, changed, archived or given a version.
+   */
+  readonly changes: readonly NewChange[];
   /** Catalogs whose facet rows are replaced by `facetRows`. */
   readonly facetCatalogIds: readonly string[];
   readonly facetRows: readonly CatalogFacetValueTable[];
@@ -165,6 +183,7 @@ export function planIsEmpty(plan: ImportPlan): boolean {
   return (
     plan.accountToCreate === undefined &&
     plan.catalogRows.length === 0 &&
+    plan.changes.length === 0 &&
     plan.catalogVersions.length === 0 &&
     plan.resourceRows.length === 0 &&
     plan.newVersions.length === 0 &&
@@ -201,11 +220,14 @@ type Mutable<T> = { -readonly [K in keyof T]: T[K] extends readonly (infer U)[] 
 class Planner {
   private readonly owner: 'svc' | 'org';
   private readonly accountId: string | null;
+  /** The change log's namespace of everything planned. */
+  private readonly namespace: string;
   private readonly now: string;
   private readonly newId: () => string;
   private readonly counts: MutableCounts = emptyCounts();
   private readonly out: Mutable<Omit<ImportPlan, 'now' | 'counts' | 'accountToCreate'>> = {
     catalogRows: [],
+    changes: [],
     facetCatalogIds: [],
     facetRows: [],
     catalogVersions: [],
@@ -220,6 +242,7 @@ class Planner {
   constructor(options: PlanOptions) {
     this.owner = options.owner.kind === 'svc' ? 'svc' : 'org';
     this.accountId = options.owner.kind === 'svc' ? null : options.owner.accountId;
+    this.namespace = this.accountId ?? SERVICE_NAMESPACE;
     this.now = options.now;
     this.newId = options.newId ?? v7;
   }
@@ -230,6 +253,7 @@ class Planner {
       accountToCreate = this.accountId;
       this.counts.accountsCreated++;
       this.out.lines.push(`+ account ${this.accountId} (plan free)`);
+      this.out.changes.push(accountCreated(this.accountId));
     }
     this.counts.catalogsRead = tree.catalogs.length;
     this.counts.resourceFilesRead = tree.resourceFileCount;
@@ -268,12 +292,26 @@ class Planner {
     if (!refused) newVersion = await this.planCatalogVersion(catalogId, catalog, existing, pinSources);
 
     const row = this.planCatalogRow(catalogId, catalog, existing, newVersion);
-    if (row) this.out.lines.splice(headerAt, 0, row);
+    const target = { kind: 'catalog', id: catalogId, humanRef: ref } as const;
+    if (row) {
+      this.out.lines.splice(headerAt, 0, row);
+      const type = !existing
+        ? 'catalog.created'
+        : existing.row.status !== 'archived' && catalog.status === 'archived'
+          ? 'catalog.archived'
+          : 'catalog.updated';
+      this.out.changes.push({ namespace: this.namespace, type, target, summary: row.slice(2) });
+    }
     if (newVersion) {
       const previous = existing?.currentVersion ? ` (was ${existing.currentVersion.version})` : '';
-      this.out.lines.push(
-        `+ catalog version ${ref} ${newVersion.version}: ${plural(newVersion.resource_count, 'pin')}${previous}`,
-      );
+      const line = `+ catalog version ${ref} ${newVersion.version}: ${plural(newVersion.resource_count, 'pin')}${previous}`;
+      this.out.lines.push(line);
+      this.out.changes.push({
+        namespace: this.namespace,
+        type: 'catalog.version_published',
+        target,
+        summary: line.slice(2),
+      });
     }
   }
 
@@ -412,7 +450,15 @@ class Planner {
     if (!existing) {
       const id = this.newId();
       const version = this.newVersion(id, resource);
-      const created = new NewResource(id, catalogId, catalogRef, resource, version.id, this.now);
+      const created = new NewResource(
+        id,
+        catalogId,
+        catalogRef,
+        resource,
+        version.id,
+        this.now,
+        this.namespace,
+      );
       this.out.resourceRows.push(created);
       this.counts.resourcesCreated++;
       this.out.lines.push(created);
@@ -423,6 +469,8 @@ class Planner {
     const current = existing.currentVersion;
     const parts: string[] = [];
     let currentVersionId: string;
+    // A new current version, or a draft one published in place.
+    let published = false;
 
     if (!current || current.version !== resource.version) {
       if (existing.labels.has(resource.version)) {
@@ -433,6 +481,7 @@ class Planner {
         return 'refused';
       }
       currentVersionId = this.newVersion(row.id, resource).id;
+      published = resource.status !== 'draft';
       if (current) {
         this.out.supersededVersionIds.push(current.id);
         this.counts.resourceVersionsSuperseded++;
@@ -458,6 +507,7 @@ class Planner {
         // Leaving draft publishes the version as it is: only its lifecycle fields move, never its content.
         this.out.publishedVersionIds.push(current.id);
         this.counts.resourceVersionsPublished++;
+        published = true;
         parts.push(`version ${current.version} published`);
       }
     }
@@ -482,9 +532,22 @@ class Planner {
         updated_at: this.now,
         archived_at: archivedAt(row.status, row.archived_at, resource.status, this.now),
       };
-      this.out.resourceRows.push({ row: () => changedRow });
+      const summary = `resource ${ref}: ${parts.join('; ')}`;
+      const type =
+        row.status !== 'archived' && resource.status === 'archived'
+          ? 'resource.archived'
+          : published
+            ? 'resource.version_published'
+            : 'resource.updated';
+      const change: NewChange = {
+        namespace: this.namespace,
+        type,
+        target: { kind: 'resource', id: row.id, humanRef: ref },
+        summary,
+      };
+      this.out.resourceRows.push({ row: () => changedRow, change: () => change });
       this.counts.resourcesUpdated++;
-      this.out.lines.push(`~ resource ${ref}: ${parts.join('; ')}`);
+      this.out.lines.push(`~ ${summary}`);
     }
     return pinSource(row.id, resource, currentVersionId);
   }
@@ -504,9 +567,17 @@ class Planner {
       updated_at: this.now,
       archived_at: this.now,
     };
-    this.out.resourceRows.push({ row: () => archived });
+    const ref = `${catalogRef}/${resource.row.slug}`;
+    const summary = `resource ${ref}: archived (its file is gone)`;
+    const change: NewChange = {
+      namespace: this.namespace,
+      type: 'resource.archived',
+      target: { kind: 'resource', id: resource.row.id, humanRef: ref },
+      summary,
+    };
+    this.out.resourceRows.push({ row: () => archived, change: () => change });
     this.counts.resourcesArchived++;
-    this.out.lines.push(`- resource ${catalogRef}/${resource.row.slug}: archived (its file is gone)`);
+    this.out.lines.push(`- ${summary}`);
   }
 }
 

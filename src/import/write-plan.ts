@@ -1,10 +1,9 @@
 import { PostgresAdapter, sql } from 'kysely';
 import { createAccountIfAbsent } from '../accounts/accounts.js';
-import { advanceDataGeneration } from '../catalog/data-generation.js';
+import type { WriteScope } from '../changes/unit-of-work.js';
 import type { ContentStore } from '../content/content-store.js';
-import type { Db } from '../db/tables.js';
+import { chunk, MAX_IN_LIST, mapWithLimit, progressCounter, rowsPerInsert } from '../db/batches.js';
 import { yieldIfBusy } from '../pace.js';
-import { chunk, MAX_IN_LIST, mapWithLimit, progressCounter, rowsPerInsert } from './batches.js';
 import type { ImportPlan, PlannedVersion } from './plan-import.js';
 import type { ResourceSource } from './read-tree.js';
 
@@ -54,19 +53,22 @@ export async function storeObjects(
 }
 
 /**
- * Writes the plan's rows through `trx`, a transaction the caller commits. Rows go in multi-row
+ * Writes the plan's rows through the write's transaction, and its changes to the log with them (a
+ * batch of Resources at a time, so that no list of 100,000 changes is held). Rows go in multi-row
  * statements sized to stay under every dialect's bound-parameter limit; rows whose id exists are
  * updated in place by the same statements that insert new ones.
  *
  * @example
- * await db.transaction().execute((trx) => writePlan(trx, plan));
+ * await writes.run('import', writer, (write) => writePlan(write, plan));
  */
 export async function writePlan(
-  trx: Db,
+  write: Pick<WriteScope, 'db' | 'append'>,
   plan: ImportPlan,
   onProgress?: (line: string) => void,
 ): Promise<void> {
+  const trx = write.db;
   if (plan.accountToCreate !== undefined) await createAccountIfAbsent(trx, plan.accountToCreate, plan.now);
+  await write.append(plan.changes);
 
   for (const rows of chunk(plan.catalogRows, rowsPerInsert(11))) {
     await trx
@@ -117,6 +119,7 @@ export async function writePlan(
   let versionCount = 0;
   for (const planned of chunk(plan.resourceRows, Math.min(WRITE_BATCH, rowsPerInsert(13)))) {
     const rows = planned.map((resource) => resource.row());
+    await write.append(planned.map((resource) => resource.change()));
     const versions: PlannedVersion[] = [];
     for (const row of rows) {
       const version = plan.newVersions[nextVersion];
@@ -200,6 +203,4 @@ export async function writePlan(
       .where('id', 'in', ids)
       .execute();
   }
-  // Answers kept in memory anywhere are stale from this commit on.
-  await advanceDataGeneration(trx);
 }

@@ -341,6 +341,26 @@ export const catalogWriteDuration = new Histogram({
   registers: [registry],
 });
 
+export const writeTransactions = new Counter({
+  name: 'playbook_write_transactions_total',
+  help: 'Transactions of the unit of work every write passes through, by write and outcome (committed, conflict: tried again, busy: given up with 503, failed)',
+  labelNames: ['write', 'outcome'] as const,
+  registers: [registry],
+});
+
+export const changesAppended = new Counter({
+  name: 'playbook_changes_appended_total',
+  help: 'Changes appended to the change log by writes of this instance, by type',
+  labelNames: ['type'] as const,
+  registers: [registry],
+});
+
+export const changeLogPosition = new Gauge({
+  name: 'playbook_change_log_seq',
+  help: 'The last change of the log this instance has followed (its answers in memory reflect it)',
+  registers: [registry],
+});
+
 /** Seconds since `started` (a `performance.now()` reading). */
 export function secondsSince(started: number): number {
   return (performance.now() - started) / 1000;

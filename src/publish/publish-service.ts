@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import { v7 } from 'uuid';
-import { type AuditActor, appendAuditEvent } from '../audit/audit-log.js';
 import type { Principal } from '../auth/principal.js';
-import { advanceDataGeneration } from '../catalog/data-generation.js';
 import { toCatalog } from '../catalog/mappers.js';
+import type { ChangeActor } from '../changes/change-log.js';
+import type { UnitOfWork, Writer, WriteScope } from '../changes/unit-of-work.js';
 import { sha256Hex, utf8Size } from '../content/hash.js';
 import type { Db } from '../db/tables.js';
 import {
@@ -154,7 +154,7 @@ export class PublishService {
   private readonly now: () => string;
 
   constructor(
-    private readonly deps: ImportDeps,
+    private readonly deps: ImportDeps & { readonly writes: UnitOfWork },
     private readonly options: PublishOptions,
   ) {
     this.now = options.now ?? (() => new Date().toISOString());
@@ -197,7 +197,7 @@ export class PublishService {
       resources,
     };
     let existed = false;
-    const applied = await this.apply(context, accountId, catalog, dryRun, 'catalog.published', (state) => {
+    const applied = await this.apply(context, accountId, catalog, dryRun, 'publish-catalog', (state) => {
       existed = state.catalogs.has(slug);
       return checkPreconditions(context, state.catalogs.get(slug));
     });
@@ -236,7 +236,7 @@ export class PublishService {
       resourcesOnly: true,
     };
     let existed = false;
-    const applied = await this.apply(context, accountId, catalog, false, 'resource.published', (state) => {
+    const applied = await this.apply(context, accountId, catalog, false, 'publish-resource', (state) => {
       const resource = state.catalogs.get(catalogSlug)?.resources.get(resourceSlug);
       existed = resource !== undefined;
       return checkPreconditions(
@@ -277,77 +277,71 @@ export class PublishService {
     label: string,
   ): Promise<WriteAnswer<Catalog>> {
     const accountId = writerAccount(context.principal);
-    const at = this.now();
-    let created = false;
-    await this.deps.db
-      .transaction()
-      .setIsolationLevel('serializable')
-      .execute(async (trx) => {
-        const state = await this.catalogState(accountId, catalogSlug, trx);
-        await checkPreconditions(context, state);
-        const sources: PinSource[] = [];
-        // CatalogPins puts the pins in slug order itself.
-        for (const [slug, resource] of state.resources) {
-          const version = resource.currentVersion;
-          if (resource.row.status !== 'active' || !version) continue;
-          sources.push({
-            resourceId: resource.row.id,
-            slug,
-            versionId: version.id,
-            version: version.version,
-            contentHash: version.content_hash,
-          });
-        }
-        const pins = new CatalogPins('org', catalogSlug, sources);
-        const manifestHash = await manifestHashOf(pins);
-        // The state read above holds every label of the Catalog: only a used one is looked up.
-        const same = state.labels.has(label)
-          ? await trx
-              .selectFrom('catalog_versions')
-              .select(['manifest_hash'])
-              .where('catalog_id', '=', state.row.id)
-              .where('version', '=', label)
-              .executeTakeFirst()
-          : undefined;
-        if (same) {
-          if (same.manifest_hash === manifestHash) return;
-          throw new ConflictError(
-            `version "${label}" already names other pins of this catalog; choose a new version label`,
-            'version_label_taken',
-          );
-        }
-        const id = v7();
-        await trx
-          .insertInto('catalog_versions')
-          .values({
-            id,
-            catalog_id: state.row.id,
-            version: label,
-            pins: await pins.json(),
-            manifest_hash: manifestHash,
-            resource_count: pins.count,
-            published_at: at,
-            created_at: at,
-          })
-          .execute();
-        await trx
-          .updateTable('catalogs')
-          .set({ current_version_id: id, updated_at: at })
-          .where('id', '=', state.row.id)
-          .execute();
-        await advanceDataGeneration(trx);
-        await appendAuditEvent(trx, {
-          at,
-          accountId,
-          actor: actorOf(context.principal),
-          action: 'catalog_version.published',
-          target: `catalog:org/${catalogSlug}`,
-          requestId: context.requestId,
-          summary: `catalog version ${label} published: ${pins.count} pins`,
+    const created = await this.deps.writes.run('publish-version', writerOf(context), async (write) => {
+      const { db: trx } = write;
+      const at = write.context.at;
+      const state = await this.catalogState(accountId, catalogSlug, trx);
+      await checkPreconditions(context, state);
+      const sources: PinSource[] = [];
+      // CatalogPins puts the pins in slug order itself.
+      for (const [slug, resource] of state.resources) {
+        const version = resource.currentVersion;
+        if (resource.row.status !== 'active' || !version) continue;
+        sources.push({
+          resourceId: resource.row.id,
+          slug,
+          versionId: version.id,
+          version: version.version,
+          contentHash: version.content_hash,
         });
-        created = true;
-      });
-    if (created) await this.deps.changes?.announce();
+      }
+      const pins = new CatalogPins('org', catalogSlug, sources);
+      const manifestHash = await manifestHashOf(pins);
+      // The state read above holds every label of the Catalog: only a used one is looked up.
+      const same = state.labels.has(label)
+        ? await trx
+            .selectFrom('catalog_versions')
+            .select(['manifest_hash'])
+            .where('catalog_id', '=', state.row.id)
+            .where('version', '=', label)
+            .executeTakeFirst()
+        : undefined;
+      if (same) {
+        if (same.manifest_hash === manifestHash) return false;
+        throw new ConflictError(
+          `version "${label}" already names other pins of this catalog; choose a new version label`,
+          'version_label_taken',
+        );
+      }
+      const id = v7();
+      await trx
+        .insertInto('catalog_versions')
+        .values({
+          id,
+          catalog_id: state.row.id,
+          version: label,
+          pins: await pins.json(),
+          manifest_hash: manifestHash,
+          resource_count: pins.count,
+          published_at: at,
+          created_at: at,
+        })
+        .execute();
+      await trx
+        .updateTable('catalogs')
+        .set({ current_version_id: id, updated_at: at })
+        .where('id', '=', state.row.id)
+        .execute();
+      await write.append([
+        {
+          namespace: accountId,
+          type: 'catalog.version_published',
+          target: { kind: 'catalog', id: state.row.id, humanRef: `org/${catalogSlug}` },
+          summary: `catalog version org/${catalogSlug} ${label}: ${pins.count} pins`,
+        },
+      ]);
+      return true;
+    });
     const stored = await this.storedCatalog(accountId, catalogSlug);
     return { status: created ? 201 : 200, body: stored.catalog, etag: stored.etag };
   }
@@ -380,41 +374,32 @@ export class PublishService {
     resourceSlug: string | undefined,
   ): Promise<boolean> {
     const accountId = writerAccount(context.principal);
-    const at = this.now();
-    let changed = false;
-    await this.deps.db
-      .transaction()
-      .setIsolationLevel('serializable')
-      .execute(async (trx) => {
-        const state = await this.catalogState(accountId, catalogSlug, trx);
-        const resource = resourceSlug === undefined ? undefined : state.resources.get(resourceSlug);
-        if (resourceSlug !== undefined && !resource) throw new NotFoundError('no such resource');
-        await checkPreconditions(context, state, resource ? resourceEtagOf(resource.row) : undefined, true);
-        const table = resource ? 'resources' : 'catalogs';
-        const row = resource ? resource.row : state.row;
-        if (row.status === 'archived') return;
-        await trx
-          .updateTable(table)
-          .set({ status: 'archived', archived_at: at, updated_at: at })
-          .where('id', '=', row.id)
-          .execute();
-        await advanceDataGeneration(trx);
-        const target = resource
-          ? `resource:org/${catalogSlug}/${resourceSlug}`
-          : `catalog:org/${catalogSlug}`;
-        await appendAuditEvent(trx, {
-          at,
-          accountId,
-          actor: actorOf(context.principal),
-          action: resource ? 'resource.archived' : 'catalog.archived',
-          target,
-          requestId: context.requestId,
-          summary: `${resource ? 'resource' : 'catalog'} org/${catalogSlug}${resource ? `/${resourceSlug}` : ''} archived`,
-        });
-        changed = true;
-      });
-    if (changed) await this.deps.changes?.announce();
-    return changed;
+    return this.deps.writes.run('archive', writerOf(context), async (write: WriteScope) => {
+      const { db: trx } = write;
+      const at = write.context.at;
+      const state = await this.catalogState(accountId, catalogSlug, trx);
+      const resource = resourceSlug === undefined ? undefined : state.resources.get(resourceSlug);
+      if (resourceSlug !== undefined && !resource) throw new NotFoundError('no such resource');
+      await checkPreconditions(context, state, resource ? resourceEtagOf(resource.row) : undefined, true);
+      const table = resource ? 'resources' : 'catalogs';
+      const row = resource ? resource.row : state.row;
+      if (row.status === 'archived') return false;
+      await trx
+        .updateTable(table)
+        .set({ status: 'archived', archived_at: at, updated_at: at })
+        .where('id', '=', row.id)
+        .execute();
+      const humanRef = resource ? `org/${catalogSlug}/${resourceSlug}` : `org/${catalogSlug}`;
+      await write.append([
+        {
+          namespace: accountId,
+          type: resource ? 'resource.archived' : 'catalog.archived',
+          target: { kind: resource ? 'resource' : 'catalog', id: row.id, humanRef },
+          summary: `${resource ? 'resource' : 'catalog'} ${humanRef} archived`,
+        },
+      ]);
+      return true;
+    });
   }
 
   /**
@@ -449,29 +434,17 @@ export class PublishService {
     accountId: string,
     catalog: TreeCatalog,
     dryRun: boolean,
-    action: 'catalog.published' | 'resource.published',
+    write: 'publish-catalog' | 'publish-resource',
     precondition: (state: NamespaceState) => Promise<void>,
   ) {
     const options: ApplyOptions = {
       via: 'publish',
+      write,
+      writer: writerOf(context),
       owner: { kind: 'account', accountId },
       dryRun,
       now: this.now,
       precondition,
-      withinTransaction: async (trx, plan) => {
-        await appendAuditEvent(trx, {
-          at: plan.now,
-          accountId,
-          actor: actorOf(context.principal),
-          action,
-          target:
-            action === 'catalog.published'
-              ? `catalog:org/${catalog.slug}`
-              : `resource:org/${catalog.slug}/${catalog.resources[0]!.slug}`,
-          requestId: context.requestId,
-          summary: summaryOf(plan.counts),
-        });
-      },
     };
     try {
       return await applyTree(
@@ -521,11 +494,15 @@ function writerAccount(principal: Principal): string {
   return principal.accountId;
 }
 
-function actorOf(principal: Principal): AuditActor {
+function actorOf(principal: Principal): ChangeActor {
   const { credential } = principal;
   return credential.kind === 'api-key'
     ? { type: 'api-key', id: credential.keyId }
     : { type: 'user', id: credential.subject };
+}
+
+function writerOf(context: WriteContext): Writer {
+  return { actor: actorOf(context.principal), requestId: context.requestId };
 }
 
 /** The ETag of one Resource as a writer sees it. */
@@ -576,17 +553,6 @@ function changesOf(counts: ImportCounts): PublishChanges {
     archived: counts.resourcesArchived,
     unchanged: counts.resourcesUnchanged,
   };
-}
-
-function summaryOf(counts: ImportCounts): string {
-  const parts = [
-    `${counts.resourcesCreated} created`,
-    `${counts.resourcesUpdated} updated`,
-    `${counts.resourceVersionsSuperseded} superseded`,
-    `${counts.resourcesArchived} archived`,
-    ...(counts.catalogVersionsPublished > 0 ? ['a catalog version published'] : []),
-  ];
-  return parts.join(', ');
 }
 
 export type { PublishedResource };

@@ -10,7 +10,7 @@ import { FallbackRateCounter, RedisRateCounter } from './redis-rate-counter.js';
 export interface RedisSharedState {
   /** Revoked key ids (D8). */
   readonly revocations: Broadcast;
-  /** Data generations: an import or a publication made by any process (see catalog/data-generation.ts). */
+  /** The change log's head after a commit of any process (see changes/change-follower.ts). */
   readonly dataChanges: Broadcast;
   /** Shared counts while Redis answers, this instance's own while it does not (D10). */
   readonly rateCounter: RateCounter;
@@ -30,7 +30,7 @@ export interface RedisSharedStateOptions {
 
 /** Key ids are short and alphanumeric (D8). */
 const KEY_ID = /^[A-Za-z0-9]{1,64}$/;
-/** Data generations are counts. */
+/** Positions in the change log are counts. */
 const GENERATION = /^[0-9]{1,16}$/;
 
 /**

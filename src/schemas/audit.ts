@@ -2,17 +2,25 @@ import { type Static, Type } from '@sinclair/typebox';
 import { DateTime, Page, PageQuery, StringEnum, Uuid } from './common.js';
 import { AccountId } from './identity.js';
 
-/** D23: what the audit trail records. */
-export const AUDIT_ACTIONS = [
-  'catalog.published',
+/**
+ * What a change of the log did (docs/design.md, "The change log"); the audit list names each event by
+ * it. `catalog.updated` and `resource.updated` are changes of fields alone (a name, a status, facets).
+ */
+export const CHANGE_TYPES = [
+  'catalog.created',
+  'catalog.updated',
+  'catalog.version_published',
   'catalog.archived',
-  'catalog_version.published',
-  'resource.published',
+  'resource.created',
+  'resource.updated',
+  'resource.version_published',
   'resource.archived',
   'api_key.created',
   'api_key.rolled',
   'api_key.revoked',
   'api_key.leak_revoked',
+  'account.created',
+  'account.plan_changed',
 ] as const;
 
 export const AUDIT_ACTOR_TYPES = ['api-key', 'user', 'operator', 'leak-report'] as const;
@@ -30,7 +38,7 @@ export const AuditEvent = Type.Object({
       Type.String({ maxLength: 2048, description: 'the key id, the user (token subject), or the leak URL' }),
     ),
   }),
-  action: StringEnum(AUDIT_ACTIONS),
+  action: StringEnum(CHANGE_TYPES),
   target: Type.String({ maxLength: 300, description: 'what it was done to, e.g. catalog:org/handbook' }),
   requestId: Type.Optional(Type.String({ maxLength: 128, description: 'the x-request-id of the write' })),
   summary: Type.String({ maxLength: 1000, description: 'what changed, in one line' }),

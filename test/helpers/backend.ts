@@ -16,7 +16,7 @@ import { DatabaseContentStore } from '../../src/content/database-store.js';
 import { DirectoryContentStore } from '../../src/content/directory-store.js';
 import { S3ContentStore } from '../../src/content/s3-store.js';
 import { createDatabases, type Databases } from '../../src/db/create-db.js';
-import { migrateToLatest } from '../../src/db/migrate.js';
+import { migrateTo, migrateToLatest } from '../../src/db/migrate.js';
 import { type ProductionServers, type S3Endpoint, uniqueName } from './servers.js';
 
 /**
@@ -43,17 +43,28 @@ export interface TestBackend {
   cleanup(): Promise<void>;
 }
 
-export async function createTestBackend(): Promise<TestBackend> {
-  const servers = inject('playbookServers');
-  return servers ? createProductionBackend(servers) : createEmbeddedBackend();
+export interface TestBackendOptions {
+  /** The last migration to run (a test of what the next one does to existing data); all by default. */
+  readonly migrateTo?: string;
 }
 
-async function createEmbeddedBackend(): Promise<TestBackend> {
+export async function createTestBackend(options: TestBackendOptions = {}): Promise<TestBackend> {
+  const servers = inject('playbookServers');
+  return servers ? createProductionBackend(servers, options) : createEmbeddedBackend(options);
+}
+
+function migrated(databases: Databases, options: TestBackendOptions): Promise<string[]> {
+  return options.migrateTo === undefined
+    ? migrateToLatest(databases)
+    : migrateTo(databases, options.migrateTo);
+}
+
+async function createEmbeddedBackend(options: TestBackendOptions): Promise<TestBackend> {
   const workDir = await fs.mkdtemp(path.join(os.tmpdir(), 'playbook-test-'));
   const databaseFile = path.join(workDir, 'playbook.sqlite');
   const contentDir = path.join(workDir, 'content');
   const databases = createDatabases({ kind: 'sqlite', path: databaseFile });
-  await migrateToLatest(databases);
+  await migrated(databases, options);
   const objectStore = new DirectoryContentStore(contentDir);
   const content = new ContentReader([new DatabaseContentStore(databases.reader), objectStore]);
   return {
@@ -117,7 +128,10 @@ async function adminQuery(adminUrl: string, statement: string): Promise<void> {
   }
 }
 
-async function createProductionBackend(servers: ProductionServers): Promise<TestBackend> {
+async function createProductionBackend(
+  servers: ProductionServers,
+  options: TestBackendOptions,
+): Promise<TestBackend> {
   const workDir = await fs.mkdtemp(path.join(os.tmpdir(), 'playbook-test-'));
   // Names come from hex digits only, so they need no quoting beyond the identifier quotes.
   const database = uniqueName('playbook_test_');
@@ -144,7 +158,7 @@ async function createProductionBackend(servers: ProductionServers): Promise<Test
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
     bucketCreated = true;
     databases = createDatabases({ kind: 'postgres', url: databaseUrl.toString() });
-    await migrateToLatest(databases);
+    await migrated(databases, options);
     objectStore = new S3ContentStore({
       bucket,
       prefix,

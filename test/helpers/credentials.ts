@@ -4,13 +4,14 @@ import { setAccount } from '../../src/accounts/accounts.js';
 import { buildApp } from '../../src/app.js';
 import { AuditLog } from '../../src/audit/audit-log.js';
 import { createIdentity, type Identity, type IdentityOptions } from '../../src/auth/identity.js';
+import { UnitOfWork, type UnitOfWorkOptions } from '../../src/changes/unit-of-work.js';
 import { type Config, loadConfig } from '../../src/config.js';
 import type { ContentStore } from '../../src/content/content-store.js';
 import type { Tracing } from '../../src/observability/tracing.js';
 import { PublishService } from '../../src/publish/publish-service.js';
 import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from './backend.js';
-import { readSide } from './read-side.js';
+import { followNow, readSide } from './read-side.js';
 
 /**
  * Real credentials for tests: API keys minted and stored exactly as the service does, and access
@@ -24,8 +25,10 @@ import { readSide } from './read-side.js';
  */
 export interface TestIdentity extends Identity {
   readonly config: Config;
-  /** The audit trail its key events are appended to (D23). */
+  /** The audit list, read from the change log (D23). */
   readonly audit: AuditLog;
+  /** The unit of work its key events and the app's publications go through. */
+  readonly writes: UnitOfWork;
   /** Stores a key for the account (created, or its plan set, when `plan` is given). */
   mintKey(options: MintKeyOptions): Promise<MintedKey>;
   /** Signs a token for `user` (default `test-user`) acting for `accounts`; sets their plan when given. */
@@ -62,6 +65,8 @@ export interface TestIdentitySetup {
   readonly env?: Record<string, string>;
   readonly options?: IdentityOptions;
   readonly logger?: FastifyBaseLogger;
+  /** Runs in each write's transaction just before its commit (where a test makes one fail). */
+  readonly beforeCommit?: UnitOfWorkOptions['beforeCommit'];
 }
 
 export function testConfig(backend: TestBackend, env: Record<string, string> = {}): Config {
@@ -76,20 +81,21 @@ export function testConfig(backend: TestBackend, env: Record<string, string> = {
 export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetup = {}): TestIdentity {
   const config = testConfig(backend, setup.env);
   const db = backend.databases.primary;
-  // Key events go to the audit trail first, as the service composes it (services.ts).
   const audit = new AuditLog(db);
+  // As the service composes it (storage.ts): a commit is announced to every read side of the process.
+  const writes = new UnitOfWork(db, {
+    announce: followNow,
+    ...(setup.beforeCommit ? { beforeCommit: setup.beforeCommit } : {}),
+  });
   const identity = createIdentity(config, db, setup.logger ?? pino({ level: 'silent' }), {
     ...setup.options,
-    keyEvents: async (event) => {
-      await audit.recordKeyEvent(event);
-      await setup.options?.keyEvents?.(event);
-    },
+    writes,
   });
   const mintToken = async (options: MintTokenOptions = {}) => {
     if (!identity.signer) throw new Error('mintToken needs the embedded signer (no PLAYBOOK_JWKS_URL)');
     const accounts = options.accounts ?? [];
     if (options.plan !== undefined) {
-      for (const accountId of accounts) await setAccount(db, accountId, { plan: options.plan });
+      for (const accountId of accounts) await setAccount(writes, accountId, { plan: options.plan });
     }
     return identity.signer.mint({
       subject: options.user ?? 'test-user',
@@ -102,9 +108,10 @@ export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetu
   return {
     ...identity,
     audit,
+    writes,
     config,
     mintKey: async (options) => {
-      if (options.plan !== undefined) await setAccount(db, options.accountId, { plan: options.plan });
+      if (options.plan !== undefined) await setAccount(writes, options.accountId, { plan: options.plan });
       const created = await identity.keys.createFor(
         { subject: 'test-user', accounts: [options.accountId] },
         {
@@ -135,7 +142,7 @@ export async function buildIdentityApp(
     {
       db: backend.databases.primary,
       objectStore: overrides.objectStore ?? backend.objectStore,
-      changes: reads.generation,
+      writes: identity.writes,
     },
     { maxContentBytes: config.maxContentBytes },
   );

@@ -1,23 +1,24 @@
+import { sql } from 'kysely';
 import { AnswerCache } from '../../src/catalog/answer-cache.js';
-import { advanceDataGeneration, DataGeneration } from '../../src/catalog/data-generation.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
+import { ChangeFollower } from '../../src/changes/change-follower.js';
 import type { ContentReader } from '../../src/content/content-reader.js';
 import type { Db } from '../../src/db/tables.js';
 
-/** Every read side a test has built and not closed: what `dataChanged` tells at once. */
-const following = new Set<DataGeneration>();
+/** Every read side a test has built and not closed: what `dataChanged` and `followNow` tell at once. */
+const following = new Set<ChangeFollower>();
 
 export interface ReadSide {
   readonly playbook: PlaybookService;
   readonly answers: AnswerCache;
-  readonly generation: DataGeneration;
+  readonly follower: ChangeFollower;
   close(): void;
 }
 
 /**
- * The read path as `createServices` composes it: answers kept in memory, forgotten when the data
- * generation of `db` moves. Tests write data through fixtures, which call `dataChanged` as a real
- * writer would; the read side learns of it before the fixture returns.
+ * The read path as `createServices` composes it: answers kept in memory, dropped by what the change
+ * log of `db` says changed. Writes through the unit of work announce to every read side of the test
+ * process (`followNow`); fixtures that write straight to the tables call `dataChanged`.
  */
 export async function readSide(
   db: Db,
@@ -25,26 +26,32 @@ export async function readSide(
   options: { answerCacheBytes?: number } = {},
 ): Promise<ReadSide> {
   const answers = new AnswerCache(options.answerCacheBytes ?? 64 * 1024 * 1024);
-  const generation = new DataGeneration(db);
-  generation.onChange(() => answers.clear());
-  await generation.start();
-  following.add(generation);
+  const follower = new ChangeFollower(db);
+  follower.onChange((followed) => answers.follow(followed));
+  await follower.start();
+  following.add(follower);
   return {
     playbook: new PlaybookService(db, content, answers),
     answers,
-    generation,
+    follower,
     close: () => {
-      generation.stop();
-      following.delete(generation);
+      follower.stop();
+      following.delete(follower);
     },
   };
 }
 
+/** Every read side of the test process reads the change log now, rather than at its next poll. */
+export async function followNow(): Promise<void> {
+  await Promise.all([...following].map((follower) => follower.check()));
+}
+
 /**
- * What a writer of Catalog data does after its write: advance the data generation. Every read side
- * of the test process then reads the generation at once, rather than at its next poll.
+ * What a fixture does after writing straight to the tables, past the change log: it moves the log's
+ * head without a change, which tells every follower that it cannot say what changed, so each drops
+ * every answer it holds (as after a write of a process that predates the log).
  */
 export async function dataChanged(db: Db): Promise<void> {
-  await advanceDataGeneration(db);
-  await Promise.all([...following].map((generation) => generation.check()));
+  await sql`update data_generation set generation = generation + 1 where id = 1`.execute(db);
+  await followNow();
 }

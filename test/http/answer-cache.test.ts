@@ -613,12 +613,12 @@ describe('read caches', () => {
     it('counts compressed forms as they are made, and forgets the answer that no longer fits', async () => {
       const cache = new AnswerCache(2 * 1024 * 1024);
       const answer = Answer.json(JSON.stringify({ text: 'y'.repeat(512 * 1024) }));
-      cache.set('a', answer, cache.ticket());
+      cache.set('a', answer, cache.ticket(), ['svc']);
       const before = cache.stats.bytes;
       await answer.encoded('gzip');
       expect(cache.stats.bytes).toBeGreaterThan(before);
       expect(cache.stats.bytes - before).toBe(answer.bytes - answer.body.length);
-      cache.set('b', Answer.json(JSON.stringify({ text: 'z'.repeat(1800 * 1024) })), cache.ticket());
+      cache.set('b', Answer.json(JSON.stringify({ text: 'z'.repeat(1800 * 1024) })), cache.ticket(), ['svc']);
       expect(cache.get('a')).toBeUndefined();
       expect(cache.stats.bytes).toBeLessThanOrEqual(2 * 1024 * 1024);
     });
@@ -627,10 +627,36 @@ describe('read caches', () => {
       const cache = new AnswerCache(1024 * 1024);
       const ticket = cache.ticket();
       cache.clear();
-      cache.set('stale', Answer.json('{}'), ticket);
+      cache.set('stale', Answer.json('{}'), ticket, ['svc']);
       expect(cache.get('stale')).toBeUndefined();
-      cache.set('fresh', Answer.json('{}'), cache.ticket());
+      cache.set('fresh', Answer.json('{}'), cache.ticket(), ['svc']);
       expect(cache.get('fresh')).toBeDefined();
+    });
+
+    it('D26: a drop of one namespace forgets its answers, keeps the others, and refuses answers begun before it', async () => {
+      const cache = new AnswerCache(1024 * 1024);
+      const before = cache.ticket();
+      cache.set('acme', Answer.json('{}'), before, ['acme']);
+      cache.set('globex', Answer.json('{}'), before, ['globex']);
+      cache.set('acme+svc', Answer.json('{}'), before, ['svc', 'acme']);
+      cache.set('svc', Answer.json('{}'), before, ['svc']);
+      cache.drop(['acme']);
+      expect(cache.get('acme')).toBeUndefined();
+      expect(cache.get('acme+svc')).toBeUndefined();
+      expect(cache.get('globex')).toBeDefined();
+      expect(cache.get('svc')).toBeDefined();
+      // Begun before the drop: refused for acme, kept for another namespace.
+      cache.set('late acme', Answer.json('{}'), before, ['acme']);
+      cache.set('late globex', Answer.json('{}'), before, ['globex']);
+      expect(cache.get('late acme')).toBeUndefined();
+      expect(cache.get('late globex')).toBeDefined();
+      cache.set('new acme', Answer.json('{}'), cache.ticket(), ['acme']);
+      expect(cache.get('new acme')).toBeDefined();
+      // A service change drops what every caller sees, and nothing held for one account alone.
+      cache.drop(['svc']);
+      expect(cache.get('svc')).toBeUndefined();
+      expect(cache.get('globex')).toBeDefined();
+      expect(cache.get('new acme')).toBeDefined();
     });
 
     it('one load for concurrent requests of the same answer, and none shared across a clear', async () => {

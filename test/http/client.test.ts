@@ -237,9 +237,9 @@ describe('the TypeScript client (D24)', () => {
       expect(actions.slice(0, 5)).toEqual([
         'catalog.archived',
         'resource.archived',
-        'catalog_version.published',
-        'resource.published',
-        'catalog.published',
+        'catalog.version_published',
+        'resource.created',
+        'catalog.updated',
       ]);
     });
   });

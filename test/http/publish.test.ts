@@ -33,7 +33,8 @@ async function catalogData(backend: TestBackend) {
     'resources',
     'resource_versions',
     'content_blobs',
-    'audit_events',
+    'changes',
+    'data_generation',
   ];
   return { tables: Object.fromEntries(kept.map((name) => [name, tables[name]])), objects };
 }
@@ -342,8 +343,9 @@ describe('publishing over HTTP (D23)', () => {
         target: string;
         at: string;
       }[];
+      // D26: one change per entity the write changed, the Catalog's version last, so first here.
       expect(data[0], JSON.stringify(data.slice(0, 3))).toMatchObject({
-        action: 'catalog.published',
+        action: 'catalog.version_published',
         actor: { type: 'api-key', id: writerKeyId },
         target: 'catalog:org/handbook',
         requestId: write.headers['x-request-id'],
@@ -351,15 +353,22 @@ describe('publishing over HTTP (D23)', () => {
       const actions = new Set(data.map((event) => event.action));
       for (const action of [
         'api_key.created',
-        'catalog.published',
-        'resource.published',
-        'catalog_version.published',
+        'catalog.created',
+        'catalog.updated',
+        'catalog.version_published',
+        'resource.created',
+        'resource.version_published',
         'resource.archived',
         'catalog.archived',
       ]) {
         expect(actions, action).toContain(action);
       }
-      expect(data.filter((e) => e.action === 'catalog.published').some((e) => e.actor.type === 'user')).toBe(
+      expect(data[1]).toMatchObject({
+        action: 'catalog.updated',
+        summary: 'catalog org/handbook: description changed',
+        requestId: write.headers['x-request-id'],
+      });
+      expect(data.filter((e) => e.action.startsWith('catalog.')).some((e) => e.actor.type === 'user')).toBe(
         true,
       );
       expect([...data].sort((a, b) => (a.at < b.at ? 1 : a.at > b.at ? -1 : 0)).map((e) => e.at)).toEqual(

@@ -3,9 +3,9 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { KeyEvent } from '../../src/auth/api-key-service.js';
 import { composeApiKey } from '../../src/auth/key-format.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { loggedChanges } from '../helpers/changes.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog } from '../helpers/fixtures.js';
 
@@ -75,7 +75,6 @@ describe('leak reports in the secret scanning partner format (D22)', () => {
   let app: FastifyInstance;
   const keyList = new KeyList();
   const current = newSigner('a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90');
-  const events: KeyEvent[] = [];
 
   beforeAll(async () => {
     const url = await keyList.start();
@@ -83,7 +82,7 @@ describe('leak reports in the secret scanning partner format (D22)', () => {
     backend = await createTestBackend();
     identity = createTestIdentity(backend, {
       env: { PLAYBOOK_LEAK_REPORT_KEYS_URL: url, PLAYBOOK_AUTH_FAILURE_MAX: '1000' },
-      options: { leakKeysRefetchAfterMs: 0, keyEvents: (event) => void events.push(event) },
+      options: { leakKeysRefetchAfterMs: 0 },
     });
     app = await buildIdentityApp(backend, identity);
     await givenAccount(backend.databases.primary, 'acme');
@@ -139,14 +138,19 @@ describe('leak reports in the secret scanning partner format (D22)', () => {
     expect(refused.statusCode).toBe(401);
     expect(refused.json().detail).toBe('the API key has been revoked');
     expect(await readWith(bystander.key)).toBe(200);
-    expect(events.filter((event) => event.type === 'leak-revoked')).toEqual([
+    // D26: the revocation is a change of the log, written with it.
+    const changes = await loggedChanges(backend.databases.primary, 'acme');
+    expect(changes.filter((change) => change.type === 'api_key.leak_revoked')).toEqual([
       {
-        type: 'leak-revoked',
+        seq: expect.any(Number),
+        id: expect.any(String),
+        type: 'api_key.leak_revoked',
         at: expect.any(String),
-        keyId: leaked.id,
-        accountId: 'acme',
-        actor: { type: 'leak-report', url: 'https://github.com/octo/app/blob/0123abc/config.env' },
+        namespace: 'acme',
+        target: { kind: 'api_key', id: leaked.id },
+        actor: { type: 'leak-report', id: 'https://github.com/octo/app/blob/0123abc/config.env' },
         requestId: response.headers['x-request-id'],
+        summary: `API key ${leaked.id} revoked: reported leaked`,
       },
     ]);
   });

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { KeyEvent } from '../../src/auth/api-key-service.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { loggedChanges } from '../helpers/changes.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog } from '../helpers/fixtures.js';
 
@@ -15,13 +15,12 @@ describe('rolling an API key (D22)', () => {
   let app: FastifyInstance;
   let clock = START;
   let ada: Record<string, string>;
-  const events: KeyEvent[] = [];
 
   beforeAll(async () => {
     backend = await createTestBackend();
     identity = createTestIdentity(backend, {
       env: { PLAYBOOK_MAX_KEYS_PER_ACCOUNT: '5' },
-      options: { now: () => clock, keyEvents: (event) => void events.push(event) },
+      options: { now: () => clock },
     });
     app = await buildIdentityApp(backend, identity);
     await givenAccount(backend.databases.primary, 'acme');
@@ -99,15 +98,18 @@ describe('rolling an API key (D22)', () => {
     clock = START + 600_000;
     expect(await readWith(old.key)).toBe(401);
     expect(await readWith(rolled.key)).toBe(200);
-    expect(events.slice(-1)).toEqual([
+    // D26: the roll is a change of the log, written with it.
+    expect((await loggedChanges(backend.databases.primary, 'acme')).slice(-1)).toEqual([
       {
-        type: 'rolled',
+        seq: expect.any(Number),
+        id: expect.any(String),
+        type: 'api_key.rolled',
         at: new Date(START).toISOString(),
-        keyId: old.id,
-        accountId: 'acme',
+        namespace: 'acme',
+        target: { kind: 'api_key', id: old.id },
         actor: { type: 'user', id: 'ada' },
-        replacedBy: rolled.id,
         requestId: response.headers['x-request-id'],
+        summary: `API key ${old.id} rolled; replaced by ${rolled.id}`,
       },
     ]);
     await revokeAll();

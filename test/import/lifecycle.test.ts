@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ContentStore } from '../../src/content/content-store.js';
 import type { Db } from '../../src/db/tables.js';
+import { WriteContentionError } from '../../src/errors.js';
 import { ImportValidationError, importTree } from '../../src/import/import-tree.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import {
@@ -443,13 +444,11 @@ describe('D15 writes: all or nothing, objects first', () => {
           return typeof value === 'function' ? value.bind(target) : value;
         }
         return () => ({
-          setIsolationLevel: (level: 'serializable') => ({
-            execute: async <T>(work: (trx: Db) => Promise<T>): Promise<T> => {
-              if (conflicts-- > 0)
-                throw Object.assign(new Error('database is busy'), { code: 'SQLITE_BUSY_SNAPSHOT' });
-              return target.transaction().setIsolationLevel(level).execute(work);
-            },
-          }),
+          execute: async <T>(work: (trx: Db) => Promise<T>): Promise<T> => {
+            if (conflicts-- > 0)
+              throw Object.assign(new Error('database is busy'), { code: 'SQLITE_BUSY_SNAPSHOT' });
+            return target.transaction().execute(work);
+          },
         });
       },
     });
@@ -463,8 +462,8 @@ describe('D15 writes: all or nothing, objects first', () => {
       'storage changed during the import; planning again (attempt 3)',
     ]);
 
-    // Five attempts in all, each after a pause that grows: a sixth conflict is the import's failure.
-    conflicts = 5;
+    // Six attempts in all, each after a pause that grows: then the import fails as a busy service (503).
+    conflicts = 6;
     await writeTree(dir, {
       'handbook/resources/b.json': resourceJson(),
       'handbook/catalog.json': catalogJson({ version: '2' }),
@@ -474,7 +473,7 @@ describe('D15 writes: all or nothing, objects first', () => {
         { db: flaky, objectStore: backend.objectStore },
         { dir, owner: { kind: 'svc' }, now: () => T2 },
       ),
-    ).rejects.toMatchObject({ code: 'SQLITE_BUSY_SNAPSHOT' });
+    ).rejects.toBeInstanceOf(WriteContentionError);
   });
 
   it('writes no row when the object store fails', async () => {

@@ -19,7 +19,7 @@ describe('imports announced through Redis', () => {
     const redisUrl = backend.redisUrl;
     if (!redisUrl) throw new Error('the production backend has no Redis');
     const a = await startInstance('A', backend, { redisUrl });
-    const b = await startInstance('B', backend, { redisUrl, dataGenerationPollMs: 3_600_000 });
+    const b = await startInstance('B', backend, { redisUrl, changePollMs: 3_600_000 });
     try {
       await waitUntil("both instances' Redis channels", async () => (await a.redisReady()) && b.redisReady());
       await warm([a, b]);

@@ -74,7 +74,7 @@ export interface InstanceSetup {
   readonly redisUrl?: string;
   readonly env?: Record<string, string>;
   readonly identity?: Omit<IdentityOptions, 'keyLookup'>;
-  readonly dataGenerationPollMs?: number;
+  readonly changePollMs?: number;
 }
 
 export async function startInstance(
@@ -101,10 +101,10 @@ export async function startInstance(
         },
       }),
     },
-    ...(setup.dataGenerationPollMs === undefined ? {} : { dataGenerationPollMs: setup.dataGenerationPollMs }),
+    ...(setup.changePollMs === undefined ? {} : { changePollMs: setup.changePollMs }),
   });
   // As `playbook serve` does before it listens.
-  await services.generation.start();
+  await services.follower.start();
   const app = await buildApp({
     playbook: services.playbook,
     authenticator: services.authenticator,

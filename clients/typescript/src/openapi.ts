@@ -2848,7 +2848,7 @@ export interface operations {
                                 id?: string;
                             };
                             /** @enum {string} */
-                            action: "catalog.published" | "catalog.archived" | "catalog_version.published" | "resource.published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked";
+                            action: "catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed";
                             /** @description what it was done to, e.g. catalog:org/handbook */
                             target: string;
                             /** @description the x-request-id of the write */
