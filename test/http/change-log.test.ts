@@ -1,0 +1,256 @@
+import type { FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readChangesAfter, readHead } from '../../src/changes/change-log.js';
+import { UnitOfWork, type WriteName } from '../../src/changes/unit-of-work.js';
+import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { loggedChanges } from '../helpers/changes.js';
+import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
+import { givenAccount } from '../helpers/fixtures.js';
+import { publishedResource as resource } from '../helpers/publish-bodies.js';
+import { dumpStorage } from '../import/support.js';
+
+/**
+ * D26: every write passes through one unit of work that appends its changes to the log in its own
+ * transaction. On both stacks: concurrent writes of every kind end in decisions, never 500s; a write
+ * that fails after its append leaves neither rows nor changes; the log's order is the commit order.
+ */
+
+const CATALOG = '/v3/playbook/catalogs/org/handbook';
+const KEYS = '/v3/identity/api-keys';
+
+/** What a decision is: the write done, or refused for a reason the caller can act on. */
+const DECISIONS = new Set([200, 201, 204, 409, 412]);
+
+/** The body of a one-Resource write: a published Resource without its slug, which the path names. */
+function single(slug: string, overrides: Record<string, unknown> = {}) {
+  const { slug: _slug, ...body } = resource(slug, overrides);
+  return body;
+}
+
+describe('the change log and the one unit of work (D26)', () => {
+  let backend: TestBackend;
+  let identity: TestIdentity;
+  let app: FastifyInstance;
+  let writer: Record<string, string>;
+  let token: Record<string, string>;
+  /** What the next write does just before its commit, once its changes are appended. */
+  let beforeCommit: ((write: WriteName) => void) | undefined;
+
+  beforeAll(async () => {
+    backend = await createTestBackend();
+    identity = createTestIdentity(backend, { beforeCommit: (write) => beforeCommit?.(write) });
+    app = await buildIdentityApp(backend, identity);
+    await givenAccount(backend.databases.primary, 'acme');
+    writer = (await identity.mintKey({ accountId: 'acme', scopes: ['playbook:read', 'playbook:write'] }))
+      .headers;
+    token = await identity.tokenHeaders({ user: 'ada', accounts: ['acme'] });
+    const created = await put(CATALOG, { name: 'Handbook', version: '1', resources: [resource('intro')] });
+    expect(created.statusCode, created.body).toBe(201);
+  });
+  afterAll(async () => {
+    await app.close();
+    await identity.close();
+    await backend.cleanup();
+  });
+
+  const put = (url: string, payload: unknown) =>
+    app.inject({ method: 'PUT', url, headers: writer, payload: payload as Record<string, unknown> });
+
+  it('20 concurrent writes of every kind to one Catalog: each answer a decision, none a 5xx, every change logged once', async () => {
+    const before = await readHead(backend.databases.primary);
+    const writes = Array.from({ length: 20 }, (_, i) => {
+      switch (i % 7) {
+        case 0:
+          return put(CATALOG, {
+            name: `Handbook ${i}`,
+            version: `c${i}`,
+            resources: [resource('intro'), resource(`from-catalog-${i}`)],
+          });
+        case 1:
+          return put(`${CATALOG}/resources/extra-${i}`, single(`extra-${i}`));
+        case 2:
+          return app.inject({
+            method: 'POST',
+            url: `${CATALOG}/versions`,
+            headers: writer,
+            payload: { version: `p${i}` },
+          });
+        case 3:
+          // The same version label for other content: one is stored, the others are 409 (or 200 once equal).
+          return put(`${CATALOG}/resources/shared`, single('shared', { content: `shared ${i}` }));
+        case 4:
+          return app.inject({ method: 'DELETE', url: `${CATALOG}/resources/intro`, headers: writer });
+        case 5:
+          return app.inject({
+            method: 'POST',
+            url: KEYS,
+            headers: token,
+            payload: { name: `concurrent ${i}`, accountId: 'acme', scopes: ['playbook:read'] },
+          });
+        default:
+          return put(
+            `${CATALOG}/resources/intro`,
+            single('intro', { version: `i${i}`, content: `intro ${i}` }),
+          );
+      }
+    });
+    const answers = await Promise.all(writes);
+    for (const answer of answers) {
+      expect(DECISIONS.has(answer.statusCode), `${answer.statusCode} ${answer.body}`).toBe(true);
+    }
+    expect(answers.filter((answer) => answer.statusCode < 300).length).toBeGreaterThan(10);
+
+    // Every change after `before` is numbered one after the other, in the order they committed.
+    const changes = await readChangesAfter(backend.databases.primary, before, 10_000);
+    expect(changes.map((change) => change.seq)).toEqual(changes.map((_, i) => before + i + 1));
+    expect(await readHead(backend.databases.primary)).toBe(before + changes.length);
+    // Each write that answered with a request id and changed something has its changes under it.
+    const keyWrites = answers.filter((answer, i) => i % 7 === 5 && answer.statusCode === 201);
+    for (const answer of keyWrites) {
+      const logged = changes.filter((change) => change.requestId === answer.headers['x-request-id']);
+      expect(logged.map((change) => change.type)).toEqual(['api_key.created']);
+      expect(logged[0]?.target).toEqual({ kind: 'api_key', id: answer.json().id });
+    }
+    for (const change of changes) expect(change.namespace).toBe('acme');
+  });
+
+  it('a failure after the append and before the commit: no row, no change, no object left behind', async () => {
+    const before = await dumpStorage(backend);
+    for (const [write, request] of [
+      [
+        'publish-catalog',
+        () => put(CATALOG, { name: 'Fails', version: 'f1', resources: [resource('failing')] }),
+      ],
+      ['publish-resource', () => put(`${CATALOG}/resources/failing`, single('failing'))],
+      [
+        'publish-version',
+        () =>
+          app.inject({
+            method: 'POST',
+            url: `${CATALOG}/versions`,
+            headers: writer,
+            payload: { version: 'f2' },
+          }),
+      ],
+      [
+        'archive',
+        () => app.inject({ method: 'DELETE', url: `${CATALOG}/resources/shared`, headers: writer }),
+      ],
+    ] as const) {
+      const seen: WriteName[] = [];
+      beforeCommit = (name) => {
+        seen.push(name);
+        throw new Error('injected: the database went away before the commit');
+      };
+      try {
+        const answer = await request();
+        expect(answer.statusCode, write).toBe(500);
+      } finally {
+        beforeCommit = undefined;
+      }
+      expect(seen).toEqual([write]);
+    }
+    expect(await dumpStorage(backend)).toEqual(before);
+  });
+
+  it('a key creation whose change cannot be written leaves no key, usable or listed', async () => {
+    const before = await dumpStorage(backend);
+    beforeCommit = () => {
+      throw new Error('injected: the change log cannot be written');
+    };
+    try {
+      const answer = await app.inject({
+        method: 'POST',
+        url: KEYS,
+        headers: token,
+        payload: { name: 'never', accountId: 'acme', scopes: ['playbook:read'] },
+      });
+      expect(answer.statusCode).toBe(500);
+      expect(answer.body).not.toMatch(/pb_/);
+    } finally {
+      beforeCommit = undefined;
+    }
+    expect(await dumpStorage(backend)).toEqual(before);
+    const listed = await app.inject({ url: `${KEYS}?accountId=acme&pageSize=100`, headers: token });
+    expect((listed.json().data as { name: string }[]).map((key) => key.name)).not.toContain('never');
+  });
+
+  it('a write that meets conflicts on every attempt answers 503 unavailable with Retry-After, never 500', async () => {
+    const before = await dumpStorage(backend);
+    let attempts = 0;
+    beforeCommit = () => {
+      attempts++;
+      // What a conflicting writer makes a transaction fail with: PostgreSQL's serialization failure.
+      throw Object.assign(new Error('could not serialize access'), { code: '40001' });
+    };
+    try {
+      const answer = await put(`${CATALOG}/resources/contended`, single('contended'));
+      expect(answer.statusCode).toBe(503);
+      expect(answer.headers['retry-after']).toBe('1');
+      expect(answer.json()).toMatchObject({ code: 'unavailable' });
+      expect(answer.json().detail).toMatch(/nothing was written/);
+    } finally {
+      beforeCommit = undefined;
+    }
+    expect(attempts).toBe(6);
+    expect(await dumpStorage(backend)).toEqual(before);
+    // One conflict, then the commit: the write is done, once.
+    let conflicts = 1;
+    beforeCommit = () => {
+      if (conflicts-- > 0) throw Object.assign(new Error('deadlock detected'), { code: '40P01' });
+    };
+    try {
+      const answer = await put(`${CATALOG}/resources/contended`, single('contended'));
+      expect(answer.statusCode).toBe(201);
+    } finally {
+      beforeCommit = undefined;
+    }
+    const created = (await loggedChanges(backend.databases.primary, 'acme')).filter(
+      (change) => change.target.humanRef === 'org/handbook/contended',
+    );
+    expect(created.map((change) => change.type)).toEqual(['resource.created']);
+  });
+
+  it('a follower reading by seq while writers commit sees every change once, in commit order', async () => {
+    const db = backend.databases.primary;
+    const start = await readHead(db);
+    // Writers of their own (another process's unit of work) and through the API, at once.
+    const other = new UnitOfWork(db);
+    const seen: number[] = [];
+    let following = true;
+    const follower = (async () => {
+      let after = start;
+      while (following || after < (await readHead(db))) {
+        for (const change of await readChangesAfter(backend.databases.reader, after, 50)) {
+          seen.push(change.seq);
+          after = change.seq;
+        }
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    })();
+    const writers = Array.from({ length: 12 }, (_, i) =>
+      i % 2 === 0
+        ? put(`${CATALOG}/resources/followed-${i}`, single(`followed-${i}`))
+        : other.run('account-set', { actor: { type: 'operator' } }, async (write) => {
+            await write.db
+              .insertInto('accounts')
+              .values({ id: `followed-${i}`, name: null, plan: 'free', created_at: 'x', updated_at: 'x' })
+              .execute();
+            await write.append([
+              {
+                namespace: `followed-${i}`,
+                type: 'account.created',
+                target: { kind: 'account', id: `followed-${i}` },
+                summary: 'made by a follower test',
+              },
+            ]);
+          }),
+    );
+    await Promise.all(writers);
+    following = false;
+    await follower;
+    const end = await readHead(db);
+    expect(end - start).toBeGreaterThanOrEqual(12);
+    expect(seen).toEqual(Array.from({ length: end - start }, (_, i) => start + i + 1));
+  });
+});
