@@ -58,6 +58,11 @@ interface Scenario {
   readonly floorOf?: number;
   /** Held against the same request to a second service without metrics, rather than the floor. */
   readonly versusMetricsOff?: boolean;
+  /**
+   * Loaded while another account publishes once a second (publisher.ts), and held against the same
+   * request to the same service while nobody writes (D26).
+   */
+  readonly versusNoWrites?: boolean;
 }
 
 interface Captured {
@@ -211,6 +216,15 @@ async function main(): Promise<number> {
         minRatio: 0.5,
       },
       {
+        // D26: another account's writes leave this caller's answers in memory.
+        name: 'detail, another account writing',
+        path: detailPath,
+        headers: {},
+        expectStatus: 200,
+        minRatio: 0.9,
+        versusNoWrites: true,
+      },
+      {
         // D25: what metrics cost, against the same service without them, rather than the floor.
         name: 'detail, metrics on vs off',
         path: detailPath,
@@ -220,6 +234,27 @@ async function main(): Promise<number> {
         versusMetricsOff: true,
       },
     ];
+    const writerKey = await createReadKey(service, env, ['playbook:read', 'playbook:write'], 'writes');
+    const catalogMade = await fetch(`${service}/v3/playbook/catalogs/org/writes`, {
+      method: 'PUT',
+      headers: { 'x-api-key': writerKey, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        name: 'Written while others read',
+        version: '1',
+        resources: [
+          {
+            slug: 'doc',
+            kind: 'document',
+            title: 'Doc',
+            version: '0',
+            mediaType: 'text/plain',
+            content: '0',
+          },
+        ],
+      }),
+    });
+    if (catalogMade.status !== 201) throw new Error(`the writers' catalog answered ${catalogMade.status}`);
+    let publishes = { written: 0, failed: 0 };
     const captured: Captured[] = [];
     for (const scenario of scenarios) captured.push(await capture(service, key, scenario));
     const floorRoutes: FloorRoute[] = captured.map((answer, index) => {
@@ -254,21 +289,38 @@ async function main(): Promise<number> {
       const load = { connections: CONNECTIONS, headers: { ...headers, ...scenario.headers } };
       const [floorUrl, floorLoad] = scenario.versusMetricsOff
         ? [`${bareService}${scenario.path}`, load]
-        : [`${floor}/answer/${scenario.floorOf ?? index}`, { connections: CONNECTIONS }];
+        : scenario.versusNoWrites
+          ? [url, load]
+          : [`${floor}/answer/${scenario.floorOf ?? index}`, { connections: CONNECTIONS }];
       wrk(url, { ...load, seconds: WARMUP_S });
       wrk(floorUrl, { ...floorLoad, seconds: WARMUP_S });
       const rounds: { ours: LoadResult; theirs: LoadResult }[] = [];
-      const loadService = () => wrk(url, { ...load, seconds: DURATION_S });
+      const publisher = scenario.versusNoWrites ? new Publisher(service, writerKey) : undefined;
+      const loadService = () => {
+        publisher?.start();
+        return wrk(url, { ...load, seconds: DURATION_S });
+      };
       const loadFloor = () => wrk(floorUrl, { ...floorLoad, seconds: DURATION_S });
       for (let round = 0; round < ROUNDS; round++) {
         // Of two identical services, the one loaded second in a round served 5-14 % more: the order
         // alternates, so that neither side has it every time.
         if (round % 2 === 0) {
           const first = loadService();
+          await publisher?.stop();
           rounds.push({ ours: first, theirs: loadFloor() });
         } else {
           const first = loadFloor();
           rounds.push({ ours: loadService(), theirs: first });
+          await publisher?.stop();
+        }
+      }
+      if (publisher) {
+        publishes = publisher.counts;
+        if (publishes.written < ROUNDS * (DURATION_S - 1) || publishes.failed > 0) {
+          console.log(
+            `MISSED: the other account published ${publishes.written} times, ${publishes.failed} failed`,
+          );
+          failures++;
         }
       }
       const ours = medianOf(rounds.map((r) => r.ours));
@@ -308,7 +360,8 @@ async function main(): Promise<number> {
     const scrapes = await scraper.stop();
     scraper = undefined;
     console.log(
-      `service peak RSS: ${peakRssMb(serviceProcess.pid!).toFixed(0)} MB; metrics scraped ${scrapes} times`,
+      `service peak RSS: ${peakRssMb(serviceProcess.pid!).toFixed(0)} MB; metrics scraped ${scrapes} times; ` +
+        `the other account published ${publishes.written} times while its neighbour read`,
     );
 
     if (scrapes === 0) {
@@ -325,6 +378,42 @@ async function main(): Promise<number> {
   failures += await benchPublish(inherited);
   console.log(failures === 0 ? 'all targets met' : `${failures} target(s) missed`);
   return failures === 0 ? 0 : 1;
+}
+
+/** Another account's CI job (publisher.ts), run while the service is loaded, on the load generator's core. */
+class Publisher {
+  readonly counts = { written: 0, failed: 0 };
+  private child: ReturnType<typeof spawn> | undefined;
+  private output = '';
+
+  constructor(
+    private readonly base: string,
+    private readonly key: string,
+  ) {}
+
+  start(): void {
+    const [command, args] = pinned(1, process.execPath, [
+      path.join(ROOT, 'dist-bench', 'bench', 'publisher.js'),
+      this.base,
+      this.key,
+    ]);
+    this.output = '';
+    this.child = spawn(command, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+    this.child.stdout?.on('data', (chunk: Buffer) => {
+      this.output += chunk.toString();
+    });
+  }
+
+  async stop(): Promise<void> {
+    if (!this.child) return;
+    const closed = new Promise((resolve) => this.child!.once('close', resolve));
+    await stop(this.child);
+    await closed;
+    this.child = undefined;
+    const counts = JSON.parse(this.output.trim() || '{"written":0,"failed":1}') as typeof this.counts;
+    this.counts.written += counts.written;
+    this.counts.failed += counts.failed;
+  }
 }
 
 process.exitCode = await main();

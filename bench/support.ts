@@ -128,12 +128,13 @@ export async function createReadKey(
   base: string,
   env: NodeJS.ProcessEnv,
   scopes: readonly string[] = ['playbook:read'],
+  accountId = 'bench',
 ): Promise<string> {
-  const token = cli(['token', '--user', 'bench', '--account', 'bench'], env).trim();
+  const token = cli(['token', '--user', 'bench', '--account', accountId], env).trim();
   const created = await fetch(`${base}/v3/identity/api-keys`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ name: 'bench', accountId: 'bench', scopes }),
+    body: JSON.stringify({ name: 'bench', accountId, scopes }),
   });
   if (created.status !== 201) throw new Error(`key creation answered ${created.status}`);
   return ((await created.json()) as { key: string }).key;
