@@ -1,6 +1,6 @@
 /**
  * Short messages to every process of a deployment that listens: revoked key ids (D8), data
- * generations (the read path's answers from memory). Users know only this interface: the in-process
+ * positions of the change log (the read path's answers from memory follow it). Users know only this interface: the in-process
  * broadcast below serves one process; one over Redis pub/sub (`PLAYBOOK_REDIS_URL`) serves several
  * instances without any change to them.
  *

@@ -15,7 +15,7 @@ import { dataChanged } from './read-side.js';
 /**
  * Rows written straight into storage, for HTTP tests that need exact states (drafts, superseded
  * versions, other accounts) without going through an import. Each writer of Catalog data advances the
- * data generation afterwards, as every writer of the service does (`dataChanged`).
+ * change log's head afterwards (`dataChanged`), which makes every read side start afresh.
  */
 
 let clock = Date.parse('2026-01-01T00:00:00.000Z');

@@ -30,7 +30,7 @@ import { dataChanged, type ReadSide, readSide } from '../helpers/read-side.js';
 /**
  * Answers from memory (catalog/answer-cache.ts): what they answer is byte for byte what Fastify
  * serializes from the whole object with the route's schema; a hit reads no storage; every write,
- * once it advances the data generation as every writer does, shows in the next answer and its ETag;
+ * once it moves the change log's head (every read side then starts afresh), shows in the next answer and its ETag;
  * no caller ever gets an answer its account or plan may not see (D5, D6); memory stays in its budget.
  */
 
@@ -260,7 +260,7 @@ describe('read caches', () => {
     });
   });
 
-  /** A write made straight in storage, then the data generation advanced as every writer does. */
+  /** A write made straight in storage, then the change log's head moved past it. */
   async function write(change: (db: Db) => Promise<unknown>) {
     await change(db);
     await dataChanged(db);
@@ -283,12 +283,12 @@ describe('read caches', () => {
         const res = await get(url);
         expect(res.statusCode, url).toBe(200);
       }
-      // The data generation's once-a-second poll may fall in this window: it is no request's cost.
+      // The change log's poll may fall in this window: it is no request's cost.
       expect(statements.filter((sql) => !sql.includes('"data_generation"'))).toEqual([]);
       expect(reads.answers.stats.hits - hits).toBe(urls.length);
     });
 
-    it('a write that has not advanced the data generation is not seen; once it has, it is', async () => {
+    it('a write that has not moved the change log is not seen; once it has, it is', async () => {
       const before = await snapshot(CATALOGS);
       await db.updateTable('catalogs').set({ name: 'Not announced' }).where('id', '=', handbook.id).execute();
       expect((await get(CATALOGS)).body).toBe(before.body);
@@ -318,7 +318,7 @@ describe('read caches', () => {
   });
 
   describe('Catalogs', () => {
-    it('a Catalog changed in name, status or facets shows once the generation moves, though its updated_at did not', async () => {
+    it('a Catalog changed in name, status or facets shows once the change log moves, though its updated_at did not', async () => {
       let before = await snapshot(CATALOGS);
       const changes: Updateable<CatalogTable>[] = [
         { name: 'Renamed handbook' },

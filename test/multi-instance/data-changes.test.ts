@@ -4,7 +4,7 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { dataChanges, startInstance, WITHIN_MS } from './support.js';
 
 /**
- * Answers kept in memory follow the data (the read path's data generation): an import made by
+ * Answers kept in memory follow the data (the read path follows the change log): an import made by
  * another process shows on every instance within a second, through the database poll alone (the
  * embedded default, or no Redis), and at once through Redis when it is configured.
  */
