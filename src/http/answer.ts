@@ -6,6 +6,7 @@ import { Negotiator } from '@fastify/accept-negotiator';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { LRUCache } from 'lru-cache';
 import pLimit from 'p-limit';
+import { noneMatchNames } from './conditional.js';
 
 /**
  * The one read path's answers and the one function that sends them (D11, D19). Every successful read
@@ -147,17 +148,6 @@ export function negotiateEncoding(acceptEncoding: string | undefined): Encoding 
   return chosen === 'br' || chosen === 'gzip' ? chosen : undefined;
 }
 
-/** The entity tags an `If-Match` or `If-None-Match` value lists, `*` included, without `W/`. */
-export function entityTags(header: string): string[] {
-  return header.split(',').map((tag) => tag.trim().replace(/^W\//, ''));
-}
-
-/** Whether `If-None-Match` names `etag` (weak comparison, as RFC 9110 asks for GET and HEAD). */
-function etagMatches(ifNoneMatch: string | undefined, etag: string): boolean {
-  if (!ifNoneMatch) return false;
-  return entityTags(ifNoneMatch).some((tag) => tag === '*' || tag === etag);
-}
-
 /** The serializer Fastify compiled from the route's 200 response schema: answers are made with it. */
 export function routeSerializer<T>(reply: FastifyReply): (value: T) => string {
   const serialize = reply.getSerializationFunction('200');
@@ -220,7 +210,7 @@ function revalidated(
 ): boolean {
   const etag = etagOf(tag, encoding);
   reply.header('cache-control', CACHE_CONTROL).header('vary', VARY).header('etag', etag);
-  return etagMatches(request.headers['if-none-match'], etag);
+  return noneMatchNames(request.headers['if-none-match'], etag);
 }
 
 function sendEncoded(reply: FastifyReply, encoding: Encoding, body: Buffer): void {
