@@ -1,7 +1,9 @@
 /**
  * The small set of errors the service raises. They know nothing of HTTP: `src/http/problem.ts` maps
- * each to a problem document (D2) at the one edge where answers are made.
+ * each to a problem document (D2) at the one edge where answers are made. The reasons they carry
+ * are codes of that document, taken from its one list (`ProblemCode`).
  */
+import type { ProblemCode } from './schemas/common.js';
 
 /** Where a bad input was found, as the problem document's `errors[].in` names it. */
 export type InputLocation = 'query' | 'path' | 'body' | 'header';
@@ -41,12 +43,16 @@ export class LimitError extends Error {
   override name = 'LimitError';
 }
 
-/** A valid request that the current state of what it names forbids (D22: rolling a revoked key). */
+/**
+ * A valid request that the current state of what it names forbids (D22: rolling a revoked key; D15: a
+ * version label over other content), with the fields at fault when there are some.
+ */
 export class ConflictError extends Error {
   override name = 'ConflictError';
   constructor(
     message: string,
-    readonly reason: 'key_inactive' | 'version_label_taken',
+    readonly reason: Extract<ProblemCode, 'key_inactive' | 'version_label_taken'>,
+    readonly problems: readonly InputProblem[] = [],
   ) {
     super(message);
   }
@@ -88,7 +94,7 @@ export class ForbiddenError extends Error {
   override name = 'ForbiddenError';
   constructor(
     message: string,
-    readonly reason: 'forbidden' | 'plan_required' = 'forbidden',
+    readonly reason: Extract<ProblemCode, 'forbidden' | 'plan_required'> = 'forbidden',
   ) {
     super(message);
   }

@@ -31,10 +31,6 @@ export type RevokeOutcome = 'revoked' | 'already-revoked' | 'not-found';
 /** A leaked token's verdict, as the secret scanning partner program labels it (D22). */
 export type LeakVerdict = 'true_positive' | 'false_positive';
 
-/** D22's bounds of a roll's overlap, in seconds. */
-export const MAX_ROLL_OVERLAP_S = 604_800;
-export const DEFAULT_ROLL_OVERLAP_S = 86_400;
-
 export interface ApiKeyServiceOptions {
   readonly environment: Environment;
   /** D20: keys an account may hold that are neither revoked nor expired. */

@@ -221,7 +221,10 @@ function classify(error: FastifyError | Error): {
   if (error instanceof MethodNotAllowedError) {
     return { status: 405, code: 'method_not_allowed', detail: error.message };
   }
-  if (error instanceof ConflictError) return { status: 409, code: error.reason, detail: error.message };
+  if (error instanceof ConflictError) {
+    const errors = error.problems.length > 0 ? { errors: [...error.problems] } : {};
+    return { status: 409, code: error.reason, detail: error.message, ...errors };
+  }
   if (error instanceof PreconditionFailedError) {
     return { status: 412, code: 'precondition_failed', detail: error.message };
   }

@@ -1,3 +1,5 @@
+import type { PlanRefusal } from './plan-import.js';
+
 /**
  * An import that cannot proceed: invalid files, or changes that would rewrite an immutable version
  * label (D15). Nothing has been written when it is thrown. Each problem is one line that names the
@@ -17,6 +19,8 @@ export class ImportValidationError extends Error {
     readonly problems: readonly string[],
     /** `immutable`: the files are valid, but would rewrite a version label (D15; 409 over HTTP, D23). */
     readonly kind: 'invalid' | 'immutable' = 'invalid',
+    /** For `immutable`: the planner's refusals, for a door that says them otherwise than as lines. */
+    readonly refusals: readonly PlanRefusal[] = [],
   ) {
     super(`import refused: ${problems.length} ${problems.length === 1 ? 'problem' : 'problems'}`);
   }

@@ -9,7 +9,7 @@ import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import { ImportValidationError } from './import-error.js';
 import { type ImportReport, summarize } from './import-report.js';
 import { type ImportOwner, loadNamespaceState, type NamespaceState } from './namespace-state.js';
-import { type ImportPlan, planImport, planIsEmpty } from './plan-import.js';
+import { type ImportPlan, planImport, planIsEmpty, refusalLine } from './plan-import.js';
 import { type ImportTree, readImportTree } from './read-tree.js';
 import { storeObjects, writePlan } from './write-plan.js';
 
@@ -162,7 +162,7 @@ async function applyTreeOnce(deps: ImportDeps, tree: ImportTree, options: ApplyO
   // Planned first outside any transaction, so that an unchanged tree or a dry run opens no write.
   const plannedAt = await readHead(deps.db);
   const preview = await planImport(tree, await stateOf(deps.db), planOptions);
-  if (preview.refusals.length > 0) throw new ImportValidationError(preview.refusals, 'immutable');
+  if (preview.refusals.length > 0) throw refused(preview);
   // The state is read a page at a time, so a write that committed meanwhile may show in part: an
   // empty plan is trusted only if nothing was written since it began (else the transaction plans).
   if (options.dryRun || (planIsEmpty(preview) && (await readHead(deps.db)) === plannedAt)) {
@@ -189,7 +189,7 @@ async function applyTreeOnce(deps: ImportDeps, tree: ImportTree, options: ApplyO
         // Checked again under the transaction: a write that got in since the preview may have made it false.
         if (unchanged && options.precondition)
           await options.precondition(await loadNamespaceState(write.db, owner, slugs));
-        if (plan.refusals.length > 0) throw new ImportValidationError(plan.refusals, 'immutable');
+        if (plan.refusals.length > 0) throw refused(plan);
         if (planIsEmpty(plan)) return plan;
         await storeObjects(deps.objectStore, plan, stored, onProgress, created);
         await writePlan(write, plan, onProgress);
@@ -202,6 +202,11 @@ async function applyTreeOnce(deps: ImportDeps, tree: ImportTree, options: ApplyO
     await removeUnnamed(deps, created);
     throw error;
   }
+}
+
+/** A plan's refusals, as the error both doors catch: lines for the command line, and the refusals. */
+function refused(plan: ImportPlan): ImportValidationError {
+  return new ImportValidationError(plan.refusals.map(refusalLine), 'immutable', plan.refusals);
 }
 
 /**

@@ -72,6 +72,22 @@ export class PlannedVersion {
   }
 }
 
+/**
+ * A change the planner refuses, said without knowing where the values came from: `origin` is what the
+ * door named the Catalog or Resource by (a file of an import tree, `resources[3]` of a request body,
+ * or '' for the body itself), `field` the field at fault.
+ */
+export interface PlanRefusal {
+  readonly origin: string;
+  readonly field: 'version';
+  readonly message: string;
+}
+
+/** How `playbook import` says a refusal: the file, the field, what is wrong. */
+export function refusalLine(refusal: PlanRefusal): string {
+  return `${refusal.origin}: ${refusal.field}: ${refusal.message}`;
+}
+
 /** A line of the import report made on demand (see `ImportPlan.lines`). */
 export interface ReportLine {
   line(): string;
@@ -166,8 +182,8 @@ export interface ImportPlan {
    * 100,000 new Resources would otherwise hold 100,000 lines from planning to the report).
    */
   readonly lines: readonly (string | ReportLine)[];
-  /** Changes refused because they would rewrite an immutable version label; one line each. */
-  readonly refusals: readonly string[];
+  /** Changes refused because they would rewrite an immutable version label; each door says them its own way. */
+  readonly refusals: readonly PlanRefusal[];
   readonly counts: ImportCounts;
 }
 
@@ -400,19 +416,23 @@ class Planner {
           const changes = pinChanges(await current.pins(), [...pins]);
           const shown =
             changes.slice(0, 5).join(', ') + (changes.length > 5 ? `, … ${changes.length - 5} more` : '');
-          this.out.refusals.push(
-            `${catalog.file}: version: the catalog's pins changed (${shown}) but its version "${catalog.version}" ` +
-              'did not; a catalog version label names one set of pins, so give the catalog a new version',
-          );
+          this.out.refusals.push({
+            origin: catalog.origin,
+            field: 'version',
+            message:
+              `the catalog's pins changed (${shown}) but its version "${catalog.version}" did not; ` +
+              'a catalog version label names one set of pins, so give the catalog a new version',
+          });
         }
         return undefined;
       }
     }
     if (existing?.labels.has(catalog.version)) {
-      this.out.refusals.push(
-        `${catalog.file}: version: "${catalog.version}" already names an earlier version of this catalog; ` +
-          'choose a new version label',
-      );
+      this.out.refusals.push({
+        origin: catalog.origin,
+        field: 'version',
+        message: `"${catalog.version}" already names an earlier version of this catalog; choose a new version label`,
+      });
       return undefined;
     }
     const row: PlannedCatalogVersion = {
@@ -474,10 +494,11 @@ class Planner {
 
     if (!current || current.version !== resource.version) {
       if (existing.labels.has(resource.version)) {
-        this.out.refusals.push(
-          `${resource.file}: version: "${resource.version}" already names an earlier version of this resource; ` +
-            'choose a new version label',
-        );
+        this.out.refusals.push({
+          origin: resource.origin,
+          field: 'version',
+          message: `"${resource.version}" already names an earlier version of this resource; choose a new version label`,
+        });
         return 'refused';
       }
       currentVersionId = this.newVersion(row.id, resource).id;
@@ -496,10 +517,13 @@ class Planner {
     } else {
       const changes = versionChanges(current, resource);
       if (changes.length > 0) {
-        this.out.refusals.push(
-          `${resource.file}: version: ${changes.join(', ')} changed but the version "${resource.version}" ` +
-            'did not; a version label names immutable content, so give the new version a new label',
-        );
+        this.out.refusals.push({
+          origin: resource.origin,
+          field: 'version',
+          message:
+            `${changes.join(', ')} changed but the version "${resource.version}" did not; ` +
+            'a version label names immutable content, so give the new version a new label',
+        });
         return 'refused';
       }
       currentVersionId = current.id;

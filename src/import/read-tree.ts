@@ -42,8 +42,8 @@ export interface ResourceSource {
 /** A valid resource file: its fields, and the digests and sizes of its manifest and content. */
 export interface TreeResource {
   readonly slug: string;
-  /** Path relative to the tree, for messages. */
-  readonly file: string;
+  /** Where it came from, as its door names it: a file of the tree, or `resources[3]` of a request body. */
+  readonly origin: string;
   readonly kind: ResourceKind;
   readonly title: string;
   readonly version: string;
@@ -63,7 +63,8 @@ export interface TreeResource {
 /** A valid catalog folder and its resources, in slug order. */
 export interface TreeCatalog {
   readonly slug: string;
-  readonly file: string;
+  /** Where it came from, as its door names it: its `catalog.json`, or '' for a request body. */
+  readonly origin: string;
   readonly name: string;
   readonly version: string;
   readonly status: LifecycleStatus;
@@ -274,7 +275,7 @@ async function readCatalogFile(listing: FolderListing): Promise<CatalogReading> 
   return {
     problems,
     catalog: {
-      file: display,
+      origin: display,
       name: spec.name,
       version: spec.version,
       status: spec.status ?? 'active',
@@ -362,7 +363,7 @@ class FileResource implements TreeResource, ResourceSource {
     private readonly fileCrc: number,
   ) {}
 
-  get file(): string {
+  get origin(): string {
     return entryOf(this.folder, this.slug).display;
   }
 

@@ -14,7 +14,7 @@ import {
   NotFoundError,
   PreconditionFailedError,
 } from '../errors.js';
-import { entityTags } from '../http/answer.js';
+import { createOnly, matchHolds } from '../http/conditional.js';
 import { CatalogPins, manifestHashOf, type PinSource, readStoredPins } from '../import/catalog-pins.js';
 import { tooLarge } from '../import/content-file.js';
 import { ImportValidationError } from '../import/import-error.js';
@@ -101,7 +101,8 @@ class BodyResource implements TreeResource, ResourceSource {
 
   constructor(
     readonly slug: string,
-    readonly file: string,
+    /** `resources[3]` in a whole Catalog's body, '' in a one-Resource body. */
+    readonly origin: string,
     spec: PutResourceBody,
   ) {
     this.kind = spec.kind;
@@ -188,7 +189,7 @@ export class PublishService {
     resources.sort(byText((resource) => resource.slug));
     const catalog: TreeCatalog = {
       slug,
-      file: '(body)',
+      origin: '',
       name: body.name,
       version: body.version,
       status: body.status ?? 'active',
@@ -228,11 +229,11 @@ export class PublishService {
     const current = await this.catalogState(accountId, catalogSlug);
     const catalog: TreeCatalog = {
       slug: catalogSlug,
-      file: '(body)',
+      origin: '',
       name: current.row.name,
       version: '',
       status: current.row.status,
-      resources: [new BodyResource(resourceSlug, '(body)', body)],
+      resources: [new BodyResource(resourceSlug, '', body)],
       resourcesOnly: true,
     };
     let existed = false;
@@ -454,7 +455,14 @@ export class PublishService {
       );
     } catch (error) {
       if (error instanceof ImportValidationError && error.kind === 'immutable') {
-        throw new ConflictError(error.problems.join('; ').replaceAll('(body): ', ''), 'version_label_taken');
+        // Said in the body's terms: the JSON path of the field at fault.
+        const problems: InputProblem[] = error.refusals.map((refusal) => ({
+          in: 'body',
+          name: refusal.origin === '' ? refusal.field : `${refusal.origin}.${refusal.field}`,
+          message: refusal.message,
+        }));
+        const detail = problems.map((problem) => `${problem.name}: ${problem.message}`).join('; ');
+        throw new ConflictError(detail, 'version_label_taken', problems);
       }
       throw error;
     }
@@ -529,17 +537,15 @@ async function checkPreconditions(
   resourceWrite = false,
 ): Promise<void> {
   const exists = resourceWrite ? resourceEtag !== undefined : catalog !== undefined;
-  if (context.ifNoneMatch !== undefined && entityTags(context.ifNoneMatch).includes('*') && exists) {
+  if (createOnly(context.ifNoneMatch) && exists) {
     throw new PreconditionFailedError('If-None-Match: * asks to create, and this already exists');
   }
   if (context.ifMatch !== undefined) {
     // Made only when asked for: a Catalog's ETag digests every one of its Resources.
     const current = resourceWrite ? resourceEtag : catalog ? await catalogEtag(catalog) : undefined;
-    const tags = entityTags(context.ifMatch);
-    const holds = current !== undefined && (tags.includes('*') || tags.includes(current));
-    if (!holds) {
+    if (!matchHolds(context.ifMatch, current)) {
       throw new PreconditionFailedError(
-        'If-Match does not name the current ETag: it changed since it was read; read it again',
+        'If-Match does not name the current ETag (a weak tag never does): it changed since it was read; read it again',
       );
     }
   }

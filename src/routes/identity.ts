@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AuditLog } from '../audit/audit-log.js';
-import { type ApiKeyService, DEFAULT_ROLL_OVERLAP_S, type KeyManager } from '../auth/api-key-service.js';
+import type { ApiKeyService, KeyManager } from '../auth/api-key-service.js';
 import { KEY_IDENTIFIER_HEADER, type LeakReportSignatures, SIGNATURE_HEADER } from '../auth/leak-reports.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
 import { AuthenticationError, NotConfiguredError } from '../errors.js';
@@ -16,6 +16,7 @@ import {
   ApiKeyParams,
   CreateApiKeyBody,
   CreatedApiKey,
+  DEFAULT_ROLL_OVERLAP_S,
   LeakReport,
   LeakVerdicts,
   ListApiKeysQuery,

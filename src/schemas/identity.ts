@@ -90,16 +90,19 @@ export const ListApiKeysQuery = Type.Object(
 );
 export const ApiKeyParams = Type.Object({ keyId: ApiKeyId });
 
+/** D22: the bounds of a roll's overlap, in seconds: a week at most, a day when left out. */
+export const MAX_ROLL_OVERLAP_S = 604_800;
+export const DEFAULT_ROLL_OVERLAP_S = 86_400;
+
 /** D22: how long the old key of a roll keeps working, in seconds. */
 export const RollApiKeyBody = Type.Object(
   {
     overlapSeconds: Type.Optional(
       Type.Integer({
         minimum: 0,
-        maximum: 604_800,
-        default: 86_400,
-        description:
-          'how long the old key keeps working, 0 to 604800 seconds (a week); one day when left out; 0 ends it at once',
+        maximum: MAX_ROLL_OVERLAP_S,
+        default: DEFAULT_ROLL_OVERLAP_S,
+        description: `how long the old key keeps working, 0 to ${MAX_ROLL_OVERLAP_S} seconds (a week); one day when left out; 0 ends it at once`,
       }),
     ),
   },

@@ -168,6 +168,14 @@ describe('publishing over HTTP (D23)', () => {
       expect(problem.code).toBe('version_label_taken');
       expect(problem.detail).toContain('resources[');
       expect(problem.detail).toContain('content changed but the version "1.0.0" did not');
+      // The planner's refusal, said in the body's terms: the JSON path of the field at fault.
+      expect(problem.errors).toEqual([
+        {
+          in: 'body',
+          name: 'resources[0].version',
+          message: expect.stringContaining('content changed but the version "1.0.0" did not'),
+        },
+      ]);
       expect(await catalogData(backend)).toEqual(before);
     });
 
@@ -205,7 +213,17 @@ describe('publishing over HTTP (D23)', () => {
       });
       expect(stale.statusCode).toBe(412);
       expect(problemOf(stale)).toMatchObject({ code: 'precondition_failed' });
-      const fresh = await put(CATALOG, catalogBody({ name: 'Renamed' }), { ...writer, 'if-match': current });
+      // RFC 9110: If-Match compares strongly, so the weak form of the current tag does not hold.
+      const weak = await put(CATALOG, catalogBody({ name: 'Renamed' }), {
+        ...writer,
+        'if-match': `W/${current}`,
+      });
+      expect(weak.statusCode).toBe(412);
+      // A list whose first tag holds a comma is read as one tag, and the current one after it holds.
+      const fresh = await put(CATALOG, catalogBody({ name: 'Renamed' }), {
+        ...writer,
+        'if-match': `"c-old,x", ${current}`,
+      });
       expect(fresh.statusCode).toBe(200);
       expect(fresh.headers.etag).not.toBe(current);
       // The first write moved the ETag: a second one based on the old one is refused.
