@@ -1,4 +1,18 @@
-import type { PlanRefusal } from './plan-import.js';
+/**
+ * A change the planner refuses, said without knowing where the values came from: `origin` is what the
+ * door named the Catalog or Resource by (a file of an import tree, `resources[3]` of a request body,
+ * or '' for the body itself), `field` the field at fault.
+ */
+export interface PlanRefusal {
+  readonly origin: string;
+  readonly field: 'version';
+  readonly message: string;
+}
+
+/** How `playbook import` says a refusal: the file, the field, what is wrong. */
+export function refusalLine(refusal: PlanRefusal): string {
+  return `${refusal.origin}: ${refusal.field}: ${refusal.message}`;
+}
 
 /**
  * An import that cannot proceed: invalid files, or changes that would rewrite an immutable version

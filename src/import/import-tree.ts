@@ -6,10 +6,10 @@ import { ConflictError, PreconditionFailedError } from '../errors.js';
 import { catalogWriteDuration, catalogWrites, secondsSince } from '../observability/metrics.js';
 import { yieldIfBusy } from '../pace.js';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
-import { ImportValidationError } from './import-error.js';
+import { ImportValidationError, refusalLine } from './import-error.js';
 import { type ImportReport, summarize } from './import-report.js';
 import { type ImportOwner, loadNamespaceState, type NamespaceState } from './namespace-state.js';
-import { type ImportPlan, planImport, planIsEmpty, refusalLine } from './plan-import.js';
+import { type ImportPlan, planImport, planIsEmpty } from './plan-import.js';
 import { type ImportTree, readImportTree } from './read-tree.js';
 import { storeObjects, writePlan } from './write-plan.js';
 

@@ -12,6 +12,7 @@ import type {
 import { yieldIfBusy } from '../pace.js';
 import { FACET_KEYS, type Facets, type LifecycleStatus } from '../schemas/common.js';
 import { CatalogPins, manifestHashOf, type PinSource, pinChanges } from './catalog-pins.js';
+import type { PlanRefusal } from './import-error.js';
 import { emptyCounts, type ImportCounts, type MutableCounts, plural } from './import-report.js';
 import type { CatalogState, ImportOwner, NamespaceState, ResourceState } from './namespace-state.js';
 import {
@@ -70,22 +71,6 @@ export class PlannedVersion {
       created_at: now,
     };
   }
-}
-
-/**
- * A change the planner refuses, said without knowing where the values came from: `origin` is what the
- * door named the Catalog or Resource by (a file of an import tree, `resources[3]` of a request body,
- * or '' for the body itself), `field` the field at fault.
- */
-export interface PlanRefusal {
-  readonly origin: string;
-  readonly field: 'version';
-  readonly message: string;
-}
-
-/** How `playbook import` says a refusal: the file, the field, what is wrong. */
-export function refusalLine(refusal: PlanRefusal): string {
-  return `${refusal.origin}: ${refusal.field}: ${refusal.message}`;
 }
 
 /** A line of the import report made on demand (see `ImportPlan.lines`). */
