@@ -8,12 +8,11 @@
  * side, the audit list, Redis-shared state, publishing); the edge (routes); and composition (the app,
  * the services, the command line, the demo).
  */
-const FOUNDATIONS =
-  '^src/(errors|config|paging|pace|sliced-json|value-size|redact-url|broadcast|text-order|private-files|project-root)\\.ts$|^src/(schemas|observability)/';
+const FOUNDATIONS = '^src/(foundation|schemas|observability)/';
 const INFRASTRUCTURE = '^src/(db|http|content|changes)/';
 const DOMAIN = '^src/(accounts|auth|import|catalog|audit|redis|publish)/';
 const EDGE = '^src/routes/';
-const COMPOSITION = '^src/(app|services|storage|demo)\\.ts$|^src/cli/';
+const COMPOSITION = '^src/(composition|cli)/';
 
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {

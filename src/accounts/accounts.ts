@@ -1,7 +1,7 @@
 import type { NewChange } from '../changes/change-log.js';
 import type { UnitOfWork } from '../changes/unit-of-work.js';
 import type { Db } from '../db/tables.js';
-import { InputError } from '../errors.js';
+import { InputError } from '../foundation/errors.js';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 
 /**

@@ -1,7 +1,7 @@
 import { type KeyManager, mayActFor } from '../auth/api-key-service.js';
 import { type Change, toChange } from '../changes/change-log.js';
 import type { Db } from '../db/tables.js';
-import { type PageRequest, readPage } from '../paging.js';
+import { type PageRequest, readPage } from '../foundation/paging.js';
 import type { AuditEvent, AuditEventPage } from '../schemas/audit.js';
 
 /** How an event names its target: `catalog:org/handbook`, `resource:org/handbook/intro`, `api-key:<id>`. */

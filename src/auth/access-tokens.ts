@@ -7,7 +7,7 @@ import {
   jwtVerify,
   type RemoteJWKSetOptions,
 } from 'jose';
-import { AuthenticationError, UnavailableError } from '../errors.js';
+import { AuthenticationError, UnavailableError } from '../foundation/errors.js';
 import { DEV_ALGORITHM, type DevTokenSigner, type TokenClaimsConfig } from './dev-signer.js';
 
 /**

@@ -1,5 +1,5 @@
 import type { ApiKeyRow, Db, NewApiKey } from '../db/tables.js';
-import type { PageWindow } from '../paging.js';
+import type { PageWindow } from '../foundation/paging.js';
 
 /**
  * Storage of API keys. Plain functions that take `db` (or a transaction) first, so that transactions

@@ -1,10 +1,16 @@
 import { accountCreated, createAccountIfAbsent, lockAccount } from '../accounts/accounts.js';
-import type { Broadcast } from '../broadcast.js';
 import type { ChangeActor, NewChange } from '../changes/change-log.js';
 import type { UnitOfWork, WriteScope } from '../changes/unit-of-work.js';
 import type { ApiKeyRow, Db } from '../db/tables.js';
-import { ConflictError, ForbiddenError, InputError, LimitError, NotFoundError } from '../errors.js';
-import { type PageRequest, readPage } from '../paging.js';
+import type { Broadcast } from '../foundation/broadcast.js';
+import {
+  ConflictError,
+  ForbiddenError,
+  InputError,
+  LimitError,
+  NotFoundError,
+} from '../foundation/errors.js';
+import { type PageRequest, readPage } from '../foundation/paging.js';
 import type {
   ApiKey,
   ApiKeyPage,

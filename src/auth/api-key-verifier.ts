@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
-import type { Broadcast } from '../broadcast.js';
-import { AuthenticationError } from '../errors.js';
+import type { Broadcast } from '../foundation/broadcast.js';
+import { AuthenticationError } from '../foundation/errors.js';
 import type { Environment, Scope } from '../schemas/identity.js';
 import type { ApiKeyWithPlan } from './api-key-repository.js';
 import { apiKeyParts, parseApiKey } from './key-format.js';

@@ -1,5 +1,5 @@
 import type { FastifyContextConfig, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
-import { AuthenticationError, ForbiddenError } from '../errors.js';
+import { AuthenticationError, ForbiddenError } from '../foundation/errors.js';
 import { authentications } from '../observability/metrics.js';
 import type { Scope } from '../schemas/identity.js';
 import type { Principal } from './principal.js';

@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import type { AccountPlans } from '../accounts/account-plans.js';
 import { DEFAULT_PLAN } from '../accounts/accounts.js';
-import { AuthenticationError, ForbiddenError, InputError } from '../errors.js';
+import { AuthenticationError, ForbiddenError, InputError } from '../foundation/errors.js';
 import type { Scope } from '../schemas/identity.js';
 import type { AccessTokenVerifier } from './access-tokens.js';
 import type { ApiKeyVerifier, VerifiedApiKey } from './api-key-verifier.js';

@@ -10,7 +10,7 @@ import {
   type JWK,
   SignJWT,
 } from 'jose';
-import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../private-files.js';
+import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../foundation/private-files.js';
 
 /** The only algorithm of the embedded signer: asymmetric, so the verifier never holds a signing secret. */
 export const DEV_ALGORITHM = 'ES256';

@@ -1,10 +1,10 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { RemoteJWKSetOptions } from 'jose';
 import { AccountPlans } from '../accounts/account-plans.js';
-import { type Broadcast, InProcessBroadcast } from '../broadcast.js';
 import { UnitOfWork } from '../changes/unit-of-work.js';
-import type { Config } from '../config.js';
 import type { Db } from '../db/tables.js';
+import { type Broadcast, InProcessBroadcast } from '../foundation/broadcast.js';
+import type { Config } from '../foundation/config.js';
 import { AccessTokenVerifier } from './access-tokens.js';
 import { findApiKeyWithPlan } from './api-key-repository.js';
 import { ApiKeyService } from './api-key-service.js';

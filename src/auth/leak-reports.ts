@@ -1,5 +1,5 @@
 import { createPublicKey, type KeyObject, verify } from 'node:crypto';
-import { AuthenticationError, UnavailableError } from '../errors.js';
+import { AuthenticationError, UnavailableError } from '../foundation/errors.js';
 
 /**
  * Signatures of leak reports in the format of GitHub's secret scanning partner program (D22): the

@@ -1,6 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { LRUCache } from 'lru-cache';
-import { RateLimitError } from '../errors.js';
+import { RateLimitError } from '../foundation/errors.js';
 import type { Credential } from './principal.js';
 
 /**

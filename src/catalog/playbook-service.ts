@@ -2,9 +2,9 @@ import type { Principal } from '../auth/principal.js';
 import { SERVICE_NAMESPACE } from '../changes/change-log.js';
 import type { ContentReader } from '../content/content-reader.js';
 import type { Db } from '../db/tables.js';
-import { ForbiddenError, NotFoundError } from '../errors.js';
+import { ForbiddenError, NotFoundError } from '../foundation/errors.js';
+import { pageOf, readPage } from '../foundation/paging.js';
 import { Answer, type LazyAnswer, type ReadAnswer, tagOf } from '../http/answer.js';
-import { pageOf, readPage } from '../paging.js';
 import type { PageMeta } from '../schemas/common.js';
 import type {
   Catalog,

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Principal } from '../auth/principal.js';
 import type { CatalogRow, CatalogVersionRow, Db, ResourceRow, ResourceVersionRow } from '../db/tables.js';
-import type { PageWindow } from '../paging.js';
+import type { PageWindow } from '../foundation/paging.js';
 import type { SourceScope } from '../schemas/common.js';
 import type { ResourceKind } from '../schemas/playbook.js';
 import {

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { Broadcast } from '../broadcast.js';
 import type { Db } from '../db/tables.js';
+import type { Broadcast } from '../foundation/broadcast.js';
 import { changeLogPosition } from '../observability/metrics.js';
 import { type Change, readChangesAfter, readHead } from './change-log.js';
 

@@ -1,8 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../db/tables.js';
-import { WriteContentionError } from '../errors.js';
+import { WriteContentionError } from '../foundation/errors.js';
+import { nextTurn } from '../foundation/pace.js';
 import { changesAppended, writeTransactions } from '../observability/metrics.js';
-import { nextTurn } from '../pace.js';
 import {
   appendChanges,
   type ChangeActor,

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { Config } from '../config.js';
-import type { Services } from '../services.js';
-import type { Storage } from '../storage.js';
+import type { Services } from '../composition/services.js';
+import type { Storage } from '../composition/storage.js';
+import type { Config } from '../foundation/config.js';
 
 /** What every command gets: the validated configuration, services on demand, and its streams. */
 export interface CliContext {

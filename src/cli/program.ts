@@ -2,11 +2,11 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command, CommanderError } from 'commander';
 import pino from 'pino';
-import { type Config, ConfigError, loadConfig } from '../config.js';
+import { createStorage, type Storage } from '../composition/storage.js';
 import { migrateToLatest } from '../db/migrate.js';
+import { type Config, ConfigError, loadConfig } from '../foundation/config.js';
+import { PROJECT_ROOT } from '../foundation/project-root.js';
 import { REDACTED_PATHS } from '../http/access-log.js';
-import { PROJECT_ROOT } from '../project-root.js';
-import { createStorage, type Storage } from '../storage.js';
 import { registerAccountsCommand } from './accounts.js';
 import { type CliContext, CommandError } from './context.js';
 import { registerImportCommand } from './import.js';
@@ -101,7 +101,7 @@ export function createContext(env: NodeJS.ProcessEnv, streams: CliStreams = proc
     },
     // Loaded when a command asks for it: a command that needs storage alone never loads the service.
     openServices: async (options = {}) => {
-      const { createServices } = await import('../services.js');
+      const { createServices } = await import('../composition/services.js');
       return migrated(createServices(context.config(), context.logger()), options);
     },
     openStorage: async (options = {}) => migrated(createStorage(context.config(), context.logger()), options),

@@ -1,5 +1,5 @@
 import { type Command, InvalidArgumentError } from 'commander';
-import { importDemoContentIfEmpty } from '../demo.js';
+import { importDemoContentIfEmpty } from '../composition/demo.js';
 import { startMetricsServer } from '../observability/metrics.js';
 import { startTracing } from '../observability/tracing.js';
 import type { CliContext } from './context.js';
@@ -20,7 +20,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       const traced = await startTracing(context.env);
       const services = await context.openServices();
       // The HTTP side is loaded by this command only: the others never need it.
-      const { buildApp } = await import('../app.js');
+      const { buildApp } = await import('../composition/app.js');
       const app = await buildApp({
         playbook: services.playbook,
         authenticator: services.authenticator,

@@ -1,4 +1,4 @@
-import { IntegrityError } from '../errors.js';
+import { IntegrityError } from '../foundation/errors.js';
 import type { StorageBackend } from '../schemas/playbook.js';
 import type { ContentStore } from './content-store.js';
 import { sha256Hex } from './hash.js';

@@ -1,5 +1,5 @@
 import type { S3Client, S3ClientConfig } from '@aws-sdk/client-s3';
-import { UnavailableError } from '../errors.js';
+import { UnavailableError } from '../foundation/errors.js';
 import { ContentNotFoundError, type ContentStore } from './content-store.js';
 import { sha256Hex } from './hash.js';
 

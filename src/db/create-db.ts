@@ -11,10 +11,10 @@ import {
 } from 'kysely';
 import { LRUCache } from 'lru-cache';
 import type { Pool } from 'pg';
-import type { DatabaseConfig } from '../config.js';
+import type { DatabaseConfig } from '../foundation/config.js';
+import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../foundation/private-files.js';
 import { databaseDuration, observePool } from '../observability/metrics.js';
 import { tracing } from '../observability/tracing.js';
-import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../private-files.js';
 import { translatingPool } from './postgres-errors.js';
 import { SqliteCheckpointer } from './sqlite-checkpointer.js';
 import type { Database, Db, Dialect } from './tables.js';

@@ -1,5 +1,5 @@
 import type { Pool, PoolClient } from 'pg';
-import { UnavailableError } from '../errors.js';
+import { UnavailableError } from '../foundation/errors.js';
 
 /**
  * SQLSTATE classes that mean the database is out of reach or overloaded rather than that the

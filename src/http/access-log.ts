@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import pino from 'pino';
+import { redactCredentials, redactUrl } from '../foundation/redact-url.js';
 import {
   type CountedSeries,
   httpDuration,
@@ -7,7 +8,6 @@ import {
   type ObservedSeries,
   rateLimitRefusals,
 } from '../observability/metrics.js';
-import { redactCredentials, redactUrl } from '../redact-url.js';
 import type { ProblemCode } from '../schemas/common.js';
 
 declare module 'fastify' {

@@ -1,7 +1,7 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyRequest } from 'fastify';
-import { InputError } from '../errors.js';
-import { parseJsonInSlices, TooDeepError } from '../sliced-json.js';
+import { InputError } from '../foundation/errors.js';
+import { parseJsonInSlices, TooDeepError } from '../foundation/sliced-json.js';
 
 /** D21: how deep a JSON body may nest, manifest and facets included. */
 export const MAX_JSON_DEPTH = 64;

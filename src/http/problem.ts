@@ -18,8 +18,8 @@ import {
   RateLimitError,
   UnavailableError,
   WriteContentionError,
-} from '../errors.js';
-import { redactCredentials } from '../redact-url.js';
+} from '../foundation/errors.js';
+import { redactCredentials } from '../foundation/redact-url.js';
 import {
   MAX_LISTED_PROBLEMS,
   MAX_PROBLEM_DETAIL,

@@ -1,6 +1,6 @@
 import type { TObject, TSchema } from '@sinclair/typebox';
 import type { FastifyRequest, preHandlerHookHandler, preValidationHookHandler } from 'fastify';
-import { InputError, type InputProblem } from '../errors.js';
+import { InputError, type InputProblem } from '../foundation/errors.js';
 
 const DECIMAL = /^[0-9]+$/;
 

@@ -1,9 +1,9 @@
 import AjvCompiler from '@fastify/ajv-compiler';
 import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox';
-import { ContentTooLargeError, InputError, type InputProblem } from '../errors.js';
-import { yieldIfBusy } from '../pace.js';
+import { ContentTooLargeError, InputError, type InputProblem } from '../foundation/errors.js';
+import { yieldIfBusy } from '../foundation/pace.js';
+import { holdsAtMost } from '../foundation/value-size.js';
 import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
-import { holdsAtMost } from '../value-size.js';
 import { type AjvError, onePerField } from './problem.js';
 
 /** D20: checking stops here; the answer lists the first 20 and says that more may follow. */

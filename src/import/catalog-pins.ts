@@ -2,10 +2,10 @@ import { createHash } from 'node:crypto';
 import { SqliteAdapter } from 'kysely';
 import { canonicalJson } from '../content/hash.js';
 import type { Db } from '../db/tables.js';
-import { yieldIfBusy } from '../pace.js';
+import { yieldIfBusy } from '../foundation/pace.js';
+import { parseJsonInSlices, stringifyInSlices } from '../foundation/sliced-json.js';
+import { byText } from '../foundation/text-order.js';
 import type { ResourcePin } from '../schemas/playbook.js';
-import { parseJsonInSlices, stringifyInSlices } from '../sliced-json.js';
-import { byText } from '../text-order.js';
 
 /** What a published Catalog version pins of one of its Resources. */
 export interface PinSource {

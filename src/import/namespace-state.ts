@@ -1,6 +1,6 @@
 import { chunk, MAX_IN_LIST } from '../db/batches.js';
 import type { CatalogRow, Db, ResourceRow, ResourceVersionRow } from '../db/tables.js';
-import { yieldIfBusy } from '../pace.js';
+import { yieldIfBusy } from '../foundation/pace.js';
 import type { ResourcePin } from '../schemas/playbook.js';
 import { readStoredPins } from './catalog-pins.js';
 

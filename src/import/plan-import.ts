@@ -9,7 +9,7 @@ import type {
   ResourceRow,
   ResourceVersionRow,
 } from '../db/tables.js';
-import { yieldIfBusy } from '../pace.js';
+import { yieldIfBusy } from '../foundation/pace.js';
 import { FACET_KEYS, type Facets, type LifecycleStatus } from '../schemas/common.js';
 import { CatalogPins, manifestHashOf, type PinSource, pinChanges } from './catalog-pins.js';
 import type { PlanRefusal } from './import-error.js';

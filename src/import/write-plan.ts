@@ -3,7 +3,7 @@ import { createAccountIfAbsent } from '../accounts/accounts.js';
 import type { WriteScope } from '../changes/unit-of-work.js';
 import type { ContentStore } from '../content/content-store.js';
 import { chunk, MAX_IN_LIST, mapWithLimit, progressCounter, rowsPerInsert } from '../db/batches.js';
-import { yieldIfBusy } from '../pace.js';
+import { yieldIfBusy } from '../foundation/pace.js';
 import type { ImportPlan, PlannedVersion } from './plan-import.js';
 import type { ResourceSource } from './read-tree.js';
 

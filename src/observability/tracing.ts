@@ -1,6 +1,6 @@
 import type { Context, Span, Tracer } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { redactUrl } from '../redact-url.js';
+import { redactUrl } from '../foundation/redact-url.js';
 
 /**
  * Traces through OpenTelemetry (D25), on when `OTEL_EXPORTER_OTLP_ENDPOINT` (or its traces-only

@@ -13,7 +13,10 @@ import {
   type InputProblem,
   NotFoundError,
   PreconditionFailedError,
-} from '../errors.js';
+} from '../foundation/errors.js';
+import { yieldIfBusy } from '../foundation/pace.js';
+import { byText } from '../foundation/text-order.js';
+import { holdsAtMost } from '../foundation/value-size.js';
 import { createOnly, matchHolds } from '../http/conditional.js';
 import { CatalogPins, manifestHashOf, type PinSource, readStoredPins } from '../import/catalog-pins.js';
 import { tooLarge } from '../import/content-file.js';
@@ -30,7 +33,6 @@ import {
   type TreeCatalog,
   type TreeResource,
 } from '../import/read-tree.js';
-import { yieldIfBusy } from '../pace.js';
 import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
 import type { Catalog } from '../schemas/playbook.js';
 import type {
@@ -40,8 +42,6 @@ import type {
   PutCatalogBody,
   PutResourceBody,
 } from '../schemas/publish.js';
-import { byText } from '../text-order.js';
-import { holdsAtMost } from '../value-size.js';
 
 /** Who writes, and the preconditions their request carries (D23). */
 export interface WriteContext {

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from 'ioredis';
-import type { Broadcast } from '../broadcast.js';
+import type { Broadcast } from '../foundation/broadcast.js';
 import { closeRedis, firstConnection, RedisHealth, type RedisHealthDescription } from './redis-connection.js';
 
 /** How long a publication waits for a connection opened a moment ago (a CLI command), and no longer. */

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { MemoryRateCounter, type RateCounter } from '../auth/rate-limits.js';
-import type { Broadcast } from '../broadcast.js';
+import type { Broadcast } from '../foundation/broadcast.js';
 import { observeRedis } from '../observability/metrics.js';
 import { RedisBroadcast } from './redis-broadcast.js';
 import { closeRedis, createRedisClient, RedisHealth } from './redis-connection.js';

@@ -6,7 +6,7 @@ import type { AuditLog } from '../audit/audit-log.js';
 import type { ApiKeyService, KeyManager } from '../auth/api-key-service.js';
 import { KEY_IDENTIFIER_HEADER, type LeakReportSignatures, SIGNATURE_HEADER } from '../auth/leak-reports.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
-import { AuthenticationError, NotConfiguredError } from '../errors.js';
+import { AuthenticationError, NotConfiguredError } from '../foundation/errors.js';
 import { Answer, routeSerializer, sendAnswer } from '../http/answer.js';
 import { jsonBodyParser } from '../http/json-body.js';
 import { AuditEventPage, ListAuditEventsQuery } from '../schemas/audit.js';

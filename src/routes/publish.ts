@@ -3,7 +3,8 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Principal } from '../auth/principal.js';
-import { ForbiddenError } from '../errors.js';
+import { ForbiddenError } from '../foundation/errors.js';
+import { jsonParts } from '../foundation/sliced-json.js';
 import { SlicedBody } from '../http/sliced-body.js';
 import type { PublishService, WriteAnswer, WriteContext } from '../publish/publish-service.js';
 import { problemResponses } from '../schemas/common.js';
@@ -18,7 +19,6 @@ import {
   PutResourceBody,
   ResourceWriteParams,
 } from '../schemas/publish.js';
-import { jsonParts } from '../sliced-json.js';
 
 const security: { [scheme: string]: string[] }[] = [{ apiKey: [] }, { accessToken: [] }];
 /** Writes take `playbook:write`: a key with it, or a user's access token (D23). */

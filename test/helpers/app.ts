@@ -1,8 +1,8 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import { buildApp } from '../../src/app.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
 import type { AccessLimiter } from '../../src/auth/rate-limits.js';
+import { buildApp } from '../../src/composition/app.js';
 import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from './backend.js';
 import { createTestIdentity, type TestIdentity } from './credentials.js';

@@ -1,12 +1,12 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { setAccount } from '../../src/accounts/accounts.js';
-import { buildApp } from '../../src/app.js';
 import { AuditLog } from '../../src/audit/audit-log.js';
 import { createIdentity, type Identity, type IdentityOptions } from '../../src/auth/identity.js';
 import { UnitOfWork, type UnitOfWorkOptions } from '../../src/changes/unit-of-work.js';
-import { type Config, loadConfig } from '../../src/config.js';
+import { buildApp } from '../../src/composition/app.js';
 import type { ContentStore } from '../../src/content/content-store.js';
+import { type Config, loadConfig } from '../../src/foundation/config.js';
 import type { Tracing } from '../../src/observability/tracing.js';
 import { PublishService } from '../../src/publish/publish-service.js';
 import type { Scope } from '../../src/schemas/identity.js';

@@ -5,10 +5,10 @@ import { Kysely, type LogEvent, PostgresDialect, SqliteDialect, type Updateable 
 import pg from 'pg';
 import { v7 as uuidv7 } from 'uuid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../../src/app.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
 import type { Principal } from '../../src/auth/principal.js';
 import { AnswerCache } from '../../src/catalog/answer-cache.js';
+import { buildApp } from '../../src/composition/app.js';
 import { sqliteDriver } from '../../src/db/create-db.js';
 import type { CatalogTable, Database, Db, ResourceTable } from '../../src/db/tables.js';
 import { Answer } from '../../src/http/answer.js';

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { KyselyPlugin } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../../src/app.js';
+import { buildApp } from '../../src/composition/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { type GivenResource, givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';

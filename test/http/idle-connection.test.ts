@@ -2,10 +2,10 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../../src/app.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
 import type { PlaybookService } from '../../src/catalog/playbook-service.js';
-import { AuthenticationError } from '../../src/errors.js';
+import { buildApp } from '../../src/composition/app.js';
+import { AuthenticationError } from '../../src/foundation/errors.js';
 import { unlimited } from '../helpers/app.js';
 
 const REQUEST_MS = 400;

@@ -1,9 +1,9 @@
 import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../../src/app.js';
 import { AnswerCache } from '../../src/catalog/answer-cache.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
+import { buildApp } from '../../src/composition/app.js';
 import { buildTestApp, PrincipalRegistry, unlimited } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { checkProblem } from '../helpers/contract.js';

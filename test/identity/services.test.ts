@@ -1,7 +1,7 @@
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.js';
-import { createServices } from '../../src/services.js';
+import { createServices } from '../../src/composition/services.js';
+import { loadConfig } from '../../src/foundation/config.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 
 describe('identity wired into the services', () => {

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ContentStore } from '../../src/content/content-store.js';
 import type { Db } from '../../src/db/tables.js';
-import { WriteContentionError } from '../../src/errors.js';
+import { WriteContentionError } from '../../src/foundation/errors.js';
 import { ImportValidationError, importTree } from '../../src/import/import-tree.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import {

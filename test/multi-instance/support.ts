@@ -5,12 +5,12 @@ import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { expect } from 'vitest';
-import { buildApp } from '../../src/app.js';
 import type { ApiKeyLookup } from '../../src/auth/api-key-verifier.js';
 import type { IdentityOptions } from '../../src/auth/identity.js';
 import { main } from '../../src/cli/program.js';
-import { loadConfig } from '../../src/config.js';
-import { createServices, type Services } from '../../src/services.js';
+import { buildApp } from '../../src/composition/app.js';
+import { createServices, type Services } from '../../src/composition/services.js';
+import { loadConfig } from '../../src/foundation/config.js';
 import type { TestBackend } from '../helpers/backend.js';
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -114,8 +114,8 @@ describe('the build behind npm start', () => {
     // `npm ci` builds through `prepare`; `npm start` builds again through `prestart`. Incremental
     // builds make the second one a check that writes nothing.
     await run('npm', ['run', 'build'], { cwd: ROOT });
-    const outputs = ['dist/cli/main.js', 'dist/app.js', 'clients/typescript/dist/index.js'].map((file) =>
-      path.join(ROOT, file),
+    const outputs = ['dist/cli/main.js', 'dist/composition/app.js', 'clients/typescript/dist/index.js'].map(
+      (file) => path.join(ROOT, file),
     );
     const before = await Promise.all(outputs.map(async (file) => (await fs.stat(file)).mtimeMs));
     await run('npm', ['run', 'build'], { cwd: ROOT });

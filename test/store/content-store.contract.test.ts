@@ -8,7 +8,7 @@ import { DatabaseContentStore } from '../../src/content/database-store.js';
 import { DirectoryContentStore } from '../../src/content/directory-store.js';
 import { sha256Hex } from '../../src/content/hash.js';
 import { S3ContentStore } from '../../src/content/s3-store.js';
-import { IntegrityError } from '../../src/errors.js';
+import { IntegrityError } from '../../src/foundation/errors.js';
 import { createTestBackend, s3AdminClientFor, type TestBackend } from '../helpers/backend.js';
 
 /**

@@ -4,14 +4,14 @@ import { CreateBucketCommand, GetObjectCommand } from '@aws-sdk/client-s3';
 import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildApp } from '../../src/app.js';
 import { AnswerCache } from '../../src/catalog/answer-cache.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
+import { buildApp } from '../../src/composition/app.js';
 import { ContentReader } from '../../src/content/content-reader.js';
 import { DatabaseContentStore } from '../../src/content/database-store.js';
 import { sha256Hex } from '../../src/content/hash.js';
 import { S3ContentStore, type S3ContentStoreOptions } from '../../src/content/s3-store.js';
-import { UnavailableError } from '../../src/errors.js';
+import { UnavailableError } from '../../src/foundation/errors.js';
 import { unlimited } from '../helpers/app.js';
 import {
   createTestBackend,

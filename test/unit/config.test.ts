@@ -1,6 +1,6 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/config.js';
+import { ConfigError, loadConfig } from '../../src/foundation/config.js';
 
 describe('configuration (D13)', () => {
   it('has the documented defaults', () => {

@@ -3,10 +3,10 @@ import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.js';
+import { importDemoContentIfEmpty } from '../../src/composition/demo.js';
+import { createServices } from '../../src/composition/services.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
-import { importDemoContentIfEmpty } from '../../src/demo.js';
-import { createServices } from '../../src/services.js';
+import { loadConfig } from '../../src/foundation/config.js';
 
 /** Every entry under a directory, with its permission bits. */
 async function modes(root: string): Promise<Map<string, number>> {

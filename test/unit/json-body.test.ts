@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { InputError } from '../../src/errors.js';
+import { InputError } from '../../src/foundation/errors.js';
 import { MAX_JSON_DEPTH, parseJsonBody } from '../../src/http/json-body.js';
 
 /**

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { translatePostgresError } from '../../src/db/postgres-errors.js';
-import { UnavailableError } from '../../src/errors.js';
+import { UnavailableError } from '../../src/foundation/errors.js';
 
 /** A server error as `pg` raises it: a DatabaseError with a SQLSTATE and a severity. */
 function serverError(code: string, message = 'any words the server chose'): Error {

@@ -1,7 +1,7 @@
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.js';
-import { createServices } from '../../src/services.js';
+import { createServices } from '../../src/composition/services.js';
+import { loadConfig } from '../../src/foundation/config.js';
 
 describe('readiness checks of the composition root (D18)', () => {
   const logger = pino({ level: 'silent' });

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { SLICE_MS, yieldIfBusy } from '../../src/pace.js';
-import { stringifyInSlices } from '../../src/sliced-json.js';
+import { SLICE_MS, yieldIfBusy } from '../../src/foundation/pace.js';
+import { stringifyInSlices } from '../../src/foundation/sliced-json.js';
 
 /** D20: long work is done in slices, and the slices add up to what the work in one go makes. */
 describe('work in slices', () => {

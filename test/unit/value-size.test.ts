@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { holdsAtMost } from '../../src/value-size.js';
+import { holdsAtMost } from '../../src/foundation/value-size.js';
 
 /** The bounded measure of a value that decides whether work on it is done in one go (D20). */
 describe('holdsAtMost', () => {

@@ -1,13 +1,13 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { ChangeFollower } from './changes/change-follower.js';
-import { UnitOfWork, type UnitOfWorkOptions } from './changes/unit-of-work.js';
-import type { Config } from './config.js';
-import type { ContentStore } from './content/content-store.js';
-import { DirectoryContentStore } from './content/directory-store.js';
-import { observedStore } from './content/observed-store.js';
-import { S3ContentStore } from './content/s3-store.js';
-import { createDatabases, type Databases } from './db/create-db.js';
-import { connectRedisSharedState, type RedisSharedState } from './redis/redis-shared-state.js';
+import { ChangeFollower } from '../changes/change-follower.js';
+import { UnitOfWork, type UnitOfWorkOptions } from '../changes/unit-of-work.js';
+import type { ContentStore } from '../content/content-store.js';
+import { DirectoryContentStore } from '../content/directory-store.js';
+import { observedStore } from '../content/observed-store.js';
+import { S3ContentStore } from '../content/s3-store.js';
+import { createDatabases, type Databases } from '../db/create-db.js';
+import type { Config } from '../foundation/config.js';
+import { connectRedisSharedState, type RedisSharedState } from '../redis/redis-shared-state.js';
 
 /**
  * What every command stands on: the databases, the object store, Redis when configured, the unit of

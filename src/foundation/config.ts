@@ -1,8 +1,8 @@
 import path from 'node:path';
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
+import { MAX_CATALOG_RESOURCES, MAX_CONTENT_BYTES_CEILING } from '../schemas/playbook.js';
 import { PROJECT_ROOT } from './project-root.js';
-import { MAX_CATALOG_RESOURCES, MAX_CONTENT_BYTES_CEILING } from './schemas/playbook.js';
 
 /**
  * Every environment variable the service reads (D13), each with the schema its raw text must meet.

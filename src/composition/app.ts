@@ -12,30 +12,35 @@ import Fastify, {
   LogController,
 } from 'fastify';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
-import type { AuditLog } from './audit/audit-log.js';
-import type { ApiKeyService } from './auth/api-key-service.js';
-import { type Authenticator, authHook } from './auth/authenticator.js';
-import type { LeakReportSignatures } from './auth/leak-reports.js';
-import type { AccessLimiter } from './auth/rate-limits.js';
-import type { PlaybookService } from './catalog/playbook-service.js';
-import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } from './errors.js';
-import { CREDENTIAL_SAFE_SERIALIZERS, installAccessLog } from './http/access-log.js';
-import { clientErrorHandler, closeAfterAnswer } from './http/connection-close.js';
-import { jsonBodyParser } from './http/json-body.js';
-import { openapiOptions } from './http/openapi.js';
-import { answerUnmetExpectation, handleClientError, handleError, writeRawProblem } from './http/problem.js';
-import { queryHooks } from './http/query.js';
-import { lazyRequestLogger } from './http/request-logger.js';
-import { isCheckedInSlices } from './http/sliced-body.js';
-import { type Tracing, traceRequests } from './observability/tracing.js';
-import type { PublishService } from './publish/publish-service.js';
-import { CREDENTIAL_PARAMETERS, holdsCredential, redactCredentials, redactUrl } from './redact-url.js';
-import { identityRoutes } from './routes/identity.js';
-import { operationsRoutes, type ReadinessCheck } from './routes/operations.js';
-import { playbookRoutes } from './routes/playbook.js';
-import { publishRoutes } from './routes/publish.js';
-import { Problem, REQUEST_ID_PATTERN } from './schemas/common.js';
-import { playbookSchemas } from './schemas/playbook.js';
+import type { AuditLog } from '../audit/audit-log.js';
+import type { ApiKeyService } from '../auth/api-key-service.js';
+import { type Authenticator, authHook } from '../auth/authenticator.js';
+import type { LeakReportSignatures } from '../auth/leak-reports.js';
+import type { AccessLimiter } from '../auth/rate-limits.js';
+import type { PlaybookService } from '../catalog/playbook-service.js';
+import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } from '../foundation/errors.js';
+import {
+  CREDENTIAL_PARAMETERS,
+  holdsCredential,
+  redactCredentials,
+  redactUrl,
+} from '../foundation/redact-url.js';
+import { CREDENTIAL_SAFE_SERIALIZERS, installAccessLog } from '../http/access-log.js';
+import { clientErrorHandler, closeAfterAnswer } from '../http/connection-close.js';
+import { jsonBodyParser } from '../http/json-body.js';
+import { openapiOptions } from '../http/openapi.js';
+import { answerUnmetExpectation, handleClientError, handleError, writeRawProblem } from '../http/problem.js';
+import { queryHooks } from '../http/query.js';
+import { lazyRequestLogger } from '../http/request-logger.js';
+import { isCheckedInSlices } from '../http/sliced-body.js';
+import { type Tracing, traceRequests } from '../observability/tracing.js';
+import type { PublishService } from '../publish/publish-service.js';
+import { identityRoutes } from '../routes/identity.js';
+import { operationsRoutes, type ReadinessCheck } from '../routes/operations.js';
+import { playbookRoutes } from '../routes/playbook.js';
+import { publishRoutes } from '../routes/publish.js';
+import { Problem, REQUEST_ID_PATTERN } from '../schemas/common.js';
+import { playbookSchemas } from '../schemas/playbook.js';
 
 export interface AppDependencies {
   readonly playbook: PlaybookService;

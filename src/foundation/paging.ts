@@ -1,4 +1,4 @@
-import { DEFAULT_PAGE_SIZE, type PageMeta } from './schemas/common.js';
+import { DEFAULT_PAGE_SIZE, type PageMeta } from '../schemas/common.js';
 
 /** Pagination of every list (D3): a page number and size as asked, defaults filled in here. */
 export interface PageRequest {

@@ -1,14 +1,14 @@
 import { fileURLToPath } from 'node:url';
 import type { FastifyBaseLogger } from 'fastify';
-import type { Db } from './db/tables.js';
-import { importTree } from './import/import-tree.js';
+import type { Db } from '../db/tables.js';
+import { importTree } from '../import/import-tree.js';
 import type { Services } from './services.js';
 
 /**
  * The service-owned catalogs shipped with the repository. Resolved from this module, which sits one
  * level below the package root both as source (`src/`) and compiled (`dist/`).
  */
-export const DEMO_CATALOGS_DIR = fileURLToPath(new URL('../demo/catalogs/', import.meta.url));
+export const DEMO_CATALOGS_DIR = fileURLToPath(new URL('../../demo/catalogs/', import.meta.url));
 
 /**
  * Imports the demo catalogs as service-owned content when there is none yet, so that the first

@@ -3,7 +3,7 @@
  * each to a problem document (D2) at the one edge where answers are made. The reasons they carry
  * are codes of that document, taken from its one list (`ProblemCode`).
  */
-import type { ProblemCode } from './schemas/common.js';
+import type { ProblemCode } from '../schemas/common.js';
 
 /** Where a bad input was found, as the problem document's `errors[].in` names it. */
 export type InputLocation = 'query' | 'path' | 'body' | 'header';
