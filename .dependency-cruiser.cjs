@@ -10,7 +10,7 @@
  */
 const FOUNDATIONS = '^src/(foundation|schemas|observability)/';
 const INFRASTRUCTURE = '^src/(db|http|content|changes)/';
-const DOMAIN = '^src/(accounts|auth|import|catalog|audit|redis|publish)/';
+const DOMAIN = '^src/(accounts|auth|catalog-writes|import|catalog|audit|redis|publish)/';
 const EDGE = '^src/routes/';
 const COMPOSITION = '^src/(composition|cli)/';
 

@@ -2,90 +2,31 @@ import type { Dirent } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { crc32 } from 'node:zlib';
-import { canonicalJson, sha256Hex, utf8Size } from '../content/hash.js';
+import {
+  type CatalogInput,
+  type CatalogInputs,
+  defaultStorageBackend,
+  manifestDigestOf,
+  type ResourceBody,
+  type ResourceInput,
+  type ResourceSource,
+} from '../catalog-writes/catalog-input.js';
+import { ImportValidationError } from '../catalog-writes/refusals.js';
+import { sha256Hex, utf8Size } from '../content/hash.js';
 import { mapWithLimit, progressCounter } from '../db/batches.js';
 import { byText } from '../foundation/text-order.js';
-import type { Facets, LifecycleStatus } from '../schemas/common.js';
+import type { LifecycleStatus } from '../schemas/common.js';
 import { MAX_CATALOG_RESOURCES, type ResourceKind, type StorageBackend } from '../schemas/playbook.js';
 import { readContentFile, tooLarge } from './content-file.js';
 import { catalogFileChecker, type ResourceFile, resourceFileChecker, slugChecker } from './file-schemas.js';
-import { ImportValidationError } from './import-error.js';
 import { schemaProblems, slugRule } from './schema-problems.js';
-
-/** Content up to this many UTF-8 bytes defaults to `database-text`; anything larger to `object-storage` (D15). */
-export const DATABASE_TEXT_MAX_BYTES = 65_536;
-
-/** Where content of `sizeBytes` is stored when its file or body does not say (D15). */
-export function defaultStorageBackend(sizeBytes: number): StorageBackend {
-  return sizeBytes <= DATABASE_TEXT_MAX_BYTES ? 'database-text' : 'object-storage';
-}
 
 /** Files read at once: enough to keep the disk busy, few enough to stay far from descriptor limits. */
 const READ_CONCURRENCY = 32;
 
-/** What a resource file gives that is too large to hold for every Resource of a tree at once. */
-export interface ResourceBody {
-  /** The manifest as JSON text, as it is stored. */
-  readonly manifest: string;
-  readonly content: string;
-}
-
-/**
- * Where a Resource's manifest and content are read when they are written: a tree holds only their
- * digests (100,000 resources would otherwise hold hundreds of megabytes), and the writer reads each
- * again, a batch at a time. Reading again checks the digests, so what is written is what was planned.
- */
-export interface ResourceSource {
-  read(): Promise<ResourceBody>;
-}
-
-/** A valid resource file: its fields, and the digests and sizes of its manifest and content. */
-export interface TreeResource {
-  readonly slug: string;
-  /** Where it came from, as its door names it: a file of the tree, or `resources[3]` of a request body. */
-  readonly origin: string;
-  readonly kind: ResourceKind;
-  readonly title: string;
-  readonly version: string;
-  readonly mediaType: string;
-  readonly status: LifecycleStatus;
-  readonly description: string | undefined;
-  /** The facets as the JSON text that is stored (a tree of 100,000 holds them as text, not objects). */
-  readonly facetsJson: string | undefined;
-  /** SHA-256 of the manifest's canonical JSON: a change of manifest is told by it. */
-  readonly manifestDigest: string;
-  readonly storageBackend: StorageBackend;
-  readonly contentHash: string;
-  readonly contentSizeBytes: number;
-  readonly source: ResourceSource;
-}
-
-/** A valid catalog folder and its resources, in slug order. */
-export interface TreeCatalog {
-  readonly slug: string;
-  /** Where it came from, as its door names it: its `catalog.json`, or '' for a request body. */
-  readonly origin: string;
-  readonly name: string;
-  readonly version: string;
-  readonly status: LifecycleStatus;
-  readonly description?: string;
-  readonly facets?: Facets;
-  readonly resources: readonly TreeResource[];
-  /**
-   * D23's one-Resource write: only the Resources given are planned; the others, the Catalog's own
-   * fields and its pins are left as they are (no Catalog version is published).
-   */
-  readonly resourcesOnly?: boolean;
-}
-
-export interface ImportTree {
-  readonly catalogs: readonly TreeCatalog[];
-  readonly resourceFileCount: number;
-}
-
 /** The tree when every file is valid; otherwise every problem found, in a stable order. */
 export type TreeReading =
-  | { readonly ok: true; readonly tree: ImportTree }
+  | { readonly ok: true; readonly tree: CatalogInputs }
   | { readonly ok: false; readonly problems: string[] };
 
 interface ResourceEntry {
@@ -191,12 +132,12 @@ export async function readImportTree(
   });
 
   const problems: string[] = [];
-  const catalogs: TreeCatalog[] = [];
+  const catalogs: CatalogInput[] = [];
   let next = 0;
   for (const [index, listing] of listings.entries()) {
     const catalogReading = catalogReadings[index]!;
     problems.push(...listing.problems, ...catalogReading.problems);
-    const resources: TreeResource[] = [];
+    const resources: ResourceInput[] = [];
     for (let i = 0; i < listing.resources.length; i++) {
       const reading = resourceReadings[next++]!;
       problems.push(...reading.problems);
@@ -259,7 +200,7 @@ async function listCatalogFolder(root: string, name: string, maxResources: numbe
 
 type CatalogReading = {
   problems: string[];
-  catalog?: Omit<TreeCatalog, 'slug' | 'resources'>;
+  catalog?: Omit<CatalogInput, 'slug' | 'resources'>;
 };
 
 async function readCatalogFile(listing: FolderListing): Promise<CatalogReading> {
@@ -285,7 +226,7 @@ async function readCatalogFile(listing: FolderListing): Promise<CatalogReading> 
   };
 }
 
-type ResourceReading = { problems: readonly string[]; resource?: TreeResource };
+type ResourceReading = { problems: readonly string[]; resource?: ResourceInput };
 const NO_PROBLEMS: readonly string[] = Object.freeze([]);
 
 /** The folder of a catalog, shared by all its resources. */
@@ -319,11 +260,6 @@ function entryOf(folder: CatalogFolder, slug: string): ResourceEntry {
   };
 }
 
-/** The digest of a manifest's canonical JSON, from its JSON text: equal manifests, equal digests. */
-export function manifestDigestOf(manifestJson: string): string {
-  return sha256Hex(canonicalJson(JSON.parse(manifestJson)));
-}
-
 /**
  * One text per distinct value for the fields that repeat across a tree (version labels, media
  * types, facets): JSON.parse makes a new string for every file, and a tree of 100,000 resources holds
@@ -344,7 +280,7 @@ class Interned {
  * A valid resource file as the tree holds it: its fields, and where its manifest and content are read
  * again. A class, so that 100,000 of them share their methods and derive what they can.
  */
-class FileResource implements TreeResource, ResourceSource {
+class FileResource implements ResourceInput, ResourceSource {
   constructor(
     readonly slug: string,
     private readonly folder: CatalogFolder,

@@ -2,6 +2,30 @@ import { createHash } from 'node:crypto';
 import { v7 } from 'uuid';
 import type { Principal } from '../auth/principal.js';
 import { toCatalog } from '../catalog/mappers.js';
+import {
+  type ApplyOptions,
+  applyCatalogs,
+  type CatalogWriteDeps,
+  countedWrite,
+} from '../catalog-writes/apply.js';
+import {
+  type CatalogInput,
+  defaultStorageBackend,
+  manifestDigestOf,
+  type ResourceBody,
+  type ResourceInput,
+  type ResourceSource,
+} from '../catalog-writes/catalog-input.js';
+import {
+  CatalogPins,
+  manifestHashOf,
+  type PinSource,
+  readStoredPins,
+} from '../catalog-writes/catalog-pins.js';
+import type { CatalogState, NamespaceState } from '../catalog-writes/namespace-state.js';
+import { loadNamespaceState } from '../catalog-writes/namespace-state.js';
+import { ImportValidationError } from '../catalog-writes/refusals.js';
+import type { ImportCounts } from '../catalog-writes/report.js';
 import type { ChangeActor } from '../changes/change-log.js';
 import type { UnitOfWork, Writer, WriteScope } from '../changes/unit-of-work.js';
 import { sha256Hex, utf8Size } from '../content/hash.js';
@@ -18,21 +42,7 @@ import { yieldIfBusy } from '../foundation/pace.js';
 import { byText } from '../foundation/text-order.js';
 import { holdsAtMost } from '../foundation/value-size.js';
 import { createOnly, matchHolds } from '../http/conditional.js';
-import { CatalogPins, manifestHashOf, type PinSource, readStoredPins } from '../import/catalog-pins.js';
 import { tooLarge } from '../import/content-file.js';
-import { ImportValidationError } from '../import/import-error.js';
-import type { ImportCounts } from '../import/import-report.js';
-import { type ApplyOptions, applyTree, countedWrite, type ImportDeps } from '../import/import-tree.js';
-import type { CatalogState, NamespaceState } from '../import/namespace-state.js';
-import { loadNamespaceState } from '../import/namespace-state.js';
-import {
-  defaultStorageBackend,
-  manifestDigestOf,
-  type ResourceBody,
-  type ResourceSource,
-  type TreeCatalog,
-  type TreeResource,
-} from '../import/read-tree.js';
 import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
 import type { Catalog } from '../schemas/playbook.js';
 import type {
@@ -85,16 +95,16 @@ function wellFormed(text: string): boolean {
 }
 
 /** A Resource of a request body, as the planner takes it: content held in memory, digests made once. */
-class BodyResource implements TreeResource, ResourceSource {
-  readonly kind: TreeResource['kind'];
+class BodyResource implements ResourceInput, ResourceSource {
+  readonly kind: ResourceInput['kind'];
   readonly title: string;
   readonly version: string;
   readonly mediaType: string;
-  readonly status: TreeResource['status'];
+  readonly status: ResourceInput['status'];
   readonly description: string | undefined;
   readonly facetsJson: string | undefined;
   readonly manifestDigest: string;
-  readonly storageBackend: TreeResource['storageBackend'];
+  readonly storageBackend: ResourceInput['storageBackend'];
   readonly contentHash: string;
   readonly contentSizeBytes: number;
   private readonly body: ResourceBody;
@@ -155,7 +165,7 @@ export class PublishService {
   private readonly now: () => string;
 
   constructor(
-    private readonly deps: ImportDeps & { readonly writes: UnitOfWork },
+    private readonly deps: CatalogWriteDeps & { readonly writes: UnitOfWork },
     private readonly options: PublishOptions,
   ) {
     this.now = options.now ?? (() => new Date().toISOString());
@@ -187,7 +197,7 @@ export class PublishService {
     }
     if (problems.length > 0) throw new InputError(problems);
     resources.sort(byText((resource) => resource.slug));
-    const catalog: TreeCatalog = {
+    const catalog: CatalogInput = {
       slug,
       origin: '',
       name: body.name,
@@ -227,7 +237,7 @@ export class PublishService {
     this.checkContent(body, '', problems);
     if (problems.length > 0) throw new InputError(problems);
     const current = await this.catalogState(accountId, catalogSlug);
-    const catalog: TreeCatalog = {
+    const catalog: CatalogInput = {
       slug: catalogSlug,
       origin: '',
       name: current.row.name,
@@ -433,7 +443,7 @@ export class PublishService {
   private async apply(
     context: WriteContext,
     accountId: string,
-    catalog: TreeCatalog,
+    catalog: CatalogInput,
     dryRun: boolean,
     write: 'publish-catalog' | 'publish-resource',
     precondition: (state: NamespaceState) => Promise<void>,
@@ -448,7 +458,7 @@ export class PublishService {
       precondition,
     };
     try {
-      return await applyTree(
+      return await applyCatalogs(
         this.deps,
         { catalogs: [catalog], resourceFileCount: catalog.resources.length },
         options,

@@ -1,6 +1,6 @@
 import { v7 as uuidv7 } from 'uuid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readStoredPins } from '../../src/import/catalog-pins.js';
+import { readStoredPins } from '../../src/catalog-writes/catalog-pins.js';
 import type { ResourcePin } from '../../src/schemas/playbook.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { givenCatalog, givenStoredPins } from '../helpers/fixtures.js';

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { CatalogPins, manifestHashOf } from '../../src/catalog-writes/catalog-pins.js';
 import { canonicalJson, sha256Hex } from '../../src/content/hash.js';
-import { CatalogPins, manifestHashOf } from '../../src/import/catalog-pins.js';
 
 describe('manifestHashOf (D12)', () => {
   it('hashes pin by pin exactly the canonical JSON of the pins, whatever their text', async () => {

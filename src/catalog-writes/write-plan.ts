@@ -4,8 +4,8 @@ import type { WriteScope } from '../changes/unit-of-work.js';
 import type { ContentStore } from '../content/content-store.js';
 import { chunk, MAX_IN_LIST, mapWithLimit, progressCounter, rowsPerInsert } from '../db/batches.js';
 import { yieldIfBusy } from '../foundation/pace.js';
-import type { ImportPlan, PlannedVersion } from './plan-import.js';
-import type { ResourceSource } from './read-tree.js';
+import type { ResourceSource } from './catalog-input.js';
+import type { ImportPlan, PlannedVersion } from './plan.js';
 
 /** Object writes in flight at once: each is a file write and a flush, or a network round trip. */
 const OBJECT_CONCURRENCY = 16;

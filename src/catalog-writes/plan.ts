@@ -11,17 +11,17 @@ import type {
 } from '../db/tables.js';
 import { yieldIfBusy } from '../foundation/pace.js';
 import { FACET_KEYS, type Facets, type LifecycleStatus } from '../schemas/common.js';
-import { CatalogPins, manifestHashOf, type PinSource, pinChanges } from './catalog-pins.js';
-import type { PlanRefusal } from './import-error.js';
-import { emptyCounts, type ImportCounts, type MutableCounts, plural } from './import-report.js';
-import type { CatalogState, ImportOwner, NamespaceState, ResourceState } from './namespace-state.js';
 import {
-  type ImportTree,
+  type CatalogInput,
+  type CatalogInputs,
   manifestDigestOf,
+  type ResourceInput,
   type ResourceSource,
-  type TreeCatalog,
-  type TreeResource,
-} from './read-tree.js';
+} from './catalog-input.js';
+import { CatalogPins, manifestHashOf, type PinSource, pinChanges } from './catalog-pins.js';
+import type { CatalogState, ImportOwner, NamespaceState, ResourceState } from './namespace-state.js';
+import type { PlanRefusal } from './refusals.js';
+import { emptyCounts, type ImportCounts, type MutableCounts, plural } from './report.js';
 
 /** A row whose manifest is read from the tree when it is written (see `ResourceSource`). */
 export type WithManifestFrom<Row extends { manifest: string }> = Omit<Row, 'manifest'> & {
@@ -36,7 +36,7 @@ export class PlannedVersion {
   constructor(
     readonly id: string,
     readonly resourceId: string,
-    private readonly resource: TreeResource,
+    private readonly resource: ResourceInput,
     private readonly now: string,
   ) {}
 
@@ -45,7 +45,7 @@ export class PlannedVersion {
   }
 
   /** Where its content goes, and its hash, without making the row. */
-  get storageBackend(): TreeResource['storageBackend'] {
+  get storageBackend(): ResourceInput['storageBackend'] {
     return this.resource.storageBackend;
   }
 
@@ -90,7 +90,7 @@ class NewResource implements PlannedResource, ReportLine {
     private readonly id: string,
     private readonly catalogId: string,
     private readonly catalogRef: string,
-    private readonly resource: TreeResource,
+    private readonly resource: ResourceInput,
     private readonly versionId: string,
     private readonly now: string,
     private readonly namespace: string,
@@ -209,7 +209,7 @@ export function planIsEmpty(plan: ImportPlan): boolean {
  * if (plan.refusals.length === 0 && !planIsEmpty(plan)) await writePlan(db, plan);
  */
 export function planImport(
-  tree: ImportTree,
+  tree: CatalogInputs,
   state: NamespaceState,
   options: PlanOptions,
 ): Promise<ImportPlan> {
@@ -248,7 +248,7 @@ class Planner {
     this.newId = options.newId ?? v7;
   }
 
-  async plan(tree: ImportTree, state: NamespaceState): Promise<ImportPlan> {
+  async plan(tree: CatalogInputs, state: NamespaceState): Promise<ImportPlan> {
     let accountToCreate: string | undefined;
     if (!state.accountExists && this.accountId !== null) {
       accountToCreate = this.accountId;
@@ -267,7 +267,7 @@ class Planner {
     };
   }
 
-  private async planCatalog(catalog: TreeCatalog, existing: CatalogState | undefined): Promise<void> {
+  private async planCatalog(catalog: CatalogInput, existing: CatalogState | undefined): Promise<void> {
     const catalogId = existing?.row.id ?? this.newId();
     const ref = `${this.owner}/${catalog.slug}`;
     const headerAt = this.out.lines.length;
@@ -319,7 +319,7 @@ class Planner {
   /** Decides the catalog row; returns its report line when it changes. */
   private planCatalogRow(
     catalogId: string,
-    catalog: TreeCatalog,
+    catalog: CatalogInput,
     existing: CatalogState | undefined,
     newVersion: PlannedCatalogVersion | undefined,
   ): string | undefined {
@@ -386,7 +386,7 @@ class Planner {
 
   private async planCatalogVersion(
     catalogId: string,
-    catalog: TreeCatalog,
+    catalog: CatalogInput,
     existing: CatalogState | undefined,
     sources: PinSource[],
   ): Promise<PlannedCatalogVersion | undefined> {
@@ -440,7 +440,7 @@ class Planner {
   private planResource(
     catalogId: string,
     catalogRef: string,
-    resource: TreeResource,
+    resource: ResourceInput,
     existing: ResourceState | undefined,
   ): PinSource | 'refused' {
     const ref = `${catalogRef}/${resource.slug}`;
@@ -561,7 +561,7 @@ class Planner {
     return pinSource(row.id, resource, currentVersionId);
   }
 
-  private newVersion(resourceId: string, resource: TreeResource): PlannedVersion {
+  private newVersion(resourceId: string, resource: ResourceInput): PlannedVersion {
     const version = new PlannedVersion(this.newId(), resourceId, resource, this.now);
     this.out.newVersions.push(version);
     this.counts.resourceVersionsCreated++;
@@ -591,7 +591,7 @@ class Planner {
 }
 
 /** What makes `resource` a different Resource Version from `current`, the label aside. */
-function versionChanges(current: ResourceVersionRow, resource: TreeResource): string[] {
+function versionChanges(current: ResourceVersionRow, resource: ResourceInput): string[] {
   return [
     ...(current.content_hash === resource.contentHash ? [] : ['content']),
     ...(manifestDigestOf(current.manifest) === resource.manifestDigest ? [] : ['manifest']),
@@ -599,7 +599,7 @@ function versionChanges(current: ResourceVersionRow, resource: TreeResource): st
   ];
 }
 
-function pinSource(resourceId: string, resource: TreeResource, versionId: string): PinSource {
+function pinSource(resourceId: string, resource: ResourceInput, versionId: string): PinSource {
   return {
     resourceId,
     slug: resource.slug,
