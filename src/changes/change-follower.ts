@@ -139,7 +139,10 @@ export class ChangeFollower {
     for (const listener of this.listeners) listener(followed);
   }
 
-  /** What changed since the last step; undefined when nothing did (or on the first step). */
+  /**
+   * What changed since the last step; undefined when nothing did (or on the first step). The position
+   * moves only once what changed has been read: a read that fails is made again by the next step.
+   */
   private async step(): Promise<FollowedChanges | undefined> {
     const head = await readHead(this.db);
     const from = this.position;
@@ -147,8 +150,10 @@ export class ChangeFollower {
       this.position = head;
       return undefined;
     }
-    this.position = head;
-    if (head < from || head - from > MAX_CAUGHT_UP) return { changes: [], startAfresh: true, seq: head };
+    if (head < from || head - from > MAX_CAUGHT_UP) {
+      this.position = head;
+      return { changes: [], startAfresh: true, seq: head };
+    }
     const changes: Change[] = [];
     while (changes.length < head - from) {
       const page = await readChangesAfter(this.db, changes.at(-1)?.seq ?? from, PAGE);
@@ -156,6 +161,7 @@ export class ChangeFollower {
       changes.push(...within);
       if (page.length < PAGE || within.length < page.length) break;
     }
+    this.position = head;
     // Every number up to the head belongs to a change that committed with it: a missing one is a
     // write that moved the head without the log (an older process), and says nothing of what changed.
     if (changes.length !== head - from) return { changes: [], startAfresh: true, seq: head };

@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
+import { PostgresAdapter, sql } from 'kysely';
 import type { Db } from '../db/tables.js';
 import { WriteContentionError } from '../foundation/errors.js';
 import { nextTurn } from '../foundation/pace.js';
@@ -52,10 +53,20 @@ export interface UnitOfWorkOptions {
   readonly now?: () => string;
   /** Runs once a write's changes are appended, just before its commit: where a test makes one fail. */
   readonly beforeCommit?: (write: WriteName) => void | Promise<void>;
+  /**
+   * How long one attempt waits for the writers' turn held by another process (PostgreSQL's lock
+   * timeout) before it counts as a conflict and is tried again.
+   */
+  readonly turnWaitMs?: number;
+  /** How long a write waits behind this process's earlier writes before it gives up with 503. */
+  readonly queueWaitMs?: number;
 }
 
 const DEFAULT_ATTEMPTS = 6;
 const DEFAULT_BACKOFF_MS = 20;
+/** Below the statement timeout (5 s), so that a wait for the turn is a conflict, not an outage. */
+const DEFAULT_TURN_WAIT_MS = 2000;
+const DEFAULT_QUEUE_WAIT_MS = 30_000;
 
 /**
  * The one way a write reaches the database. It owns the transaction and its retries, appends the
@@ -85,7 +96,9 @@ export class UnitOfWork {
   private readonly attempts: number;
   private readonly backoffMs: number;
   private readonly now: () => string;
-  /** The turn of the last write queued in this process. */
+  private readonly turnWaitMs: number;
+  private readonly queueWaitMs: number;
+  /** Settles once every write queued so far in this process has. */
   private last: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -95,6 +108,8 @@ export class UnitOfWork {
     this.attempts = options.attempts ?? DEFAULT_ATTEMPTS;
     this.backoffMs = options.backoffMs ?? DEFAULT_BACKOFF_MS;
     this.now = options.now ?? (() => new Date().toISOString());
+    this.turnWaitMs = options.turnWaitMs ?? DEFAULT_TURN_WAIT_MS;
+    this.queueWaitMs = options.queueWaitMs ?? DEFAULT_QUEUE_WAIT_MS;
   }
 
   async run<T>(
@@ -104,12 +119,32 @@ export class UnitOfWork {
     /** Told before each new attempt, with its number (an import says so on its progress lines). */
     onRetry?: (attempt: number) => void,
   ): Promise<T> {
-    const turn = this.last.then(() => this.attempt(write, writer, work, onRetry));
-    this.last = turn.catch(() => undefined);
+    const before = this.last;
+    const turn = this.waitForTurn(before, write).then(() => this.attempt(write, writer, work, onRetry));
+    // The next write waits for this one and for every one before it (this one may give up waiting).
+    this.last = Promise.allSettled([before, turn]);
     // The next write's turn starts at this one's commit, not after it is announced.
     const { value, appended } = await turn;
     if (appended.size > 0) await this.committed(appended);
     return value;
+  }
+
+  /** Waits for the writes queued before, at most `queueWaitMs`: then 503, with nothing written. */
+  private async waitForTurn(before: Promise<unknown>, write: WriteName): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<'late'>((resolve) => {
+      timer = setTimeout(() => resolve('late'), this.queueWaitMs);
+    });
+    try {
+      if ((await Promise.race([before.then(() => 'turn' as const), late])) === 'late') {
+        writeTransactions.inc({ write, outcome: 'busy' });
+        throw new WriteContentionError(
+          'Earlier writes of this instance are still running; nothing was written. Retry after the time in Retry-After.',
+        );
+      }
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private async attempt<T>(
@@ -128,7 +163,7 @@ export class UnitOfWork {
       const appended = new Map<ChangeType, number>();
       try {
         const result = await this.db.transaction().execute(async (trx) => {
-          await claimHead(trx);
+          await claimHead(trx, this.turnWaitMs);
           const scope: WriteScope = {
             db: trx,
             context,
@@ -189,7 +224,12 @@ export class UnitOfWork {
  * the commit (a writer that comes meanwhile waits here, then reads what this one committed); SQLite
  * takes its write lock, and a deferred transaction's snapshot starts with it.
  */
-async function claimHead(trx: Db): Promise<void> {
+async function claimHead(trx: Db, waitMs: number): Promise<void> {
+  if (trx.getExecutor().adapter instanceof PostgresAdapter) {
+    // Waiting longer is a conflict (55P03), tried again after a pause, rather than the statement
+    // timeout, which reads as an outage.
+    await sql`select set_config('lock_timeout', ${`${waitMs}ms`}, true)`.execute(trx);
+  }
   await trx
     .updateTable('data_generation')
     .set((eb) => ({ generation: eb.ref('generation') }))
@@ -199,9 +239,9 @@ async function claimHead(trx: Db): Promise<void> {
 
 /**
  * A conflict with a concurrent writer that a fresh attempt resolves: SQLite's busy database or stale
- * read snapshot, PostgreSQL's serialization failure or deadlock.
+ * read snapshot, PostgreSQL's serialization failure, deadlock, or a wait for a lock that timed out.
  */
 export function isWriteConflict(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code;
-  return ['SQLITE_BUSY', 'SQLITE_BUSY_SNAPSHOT', '40001', '40P01'].includes(String(code));
+  return ['SQLITE_BUSY', 'SQLITE_BUSY_SNAPSHOT', '40001', '40P01', '55P03'].includes(String(code));
 }

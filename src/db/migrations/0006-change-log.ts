@@ -2,16 +2,24 @@ import { type ColumnDefinitionBuilder, type Kysely, sql } from 'kysely';
 import type { Dialect } from '../tables.js';
 
 /**
- * The change log (docs/design.md, "The change log"): one row per change every write makes, written in
- * the write's own transaction. `seq` orders it; `data_generation.generation` becomes the log's head,
- * the `seq` of its last change, advanced by each write in the transaction that appends (see
- * changes/change-log.ts).
+ * The change log (docs/design.md, D26): one row per change every write makes, written in the write's
+ * own transaction. `seq` orders it; `data_generation.generation` becomes the log's head, the `seq` of
+ * its last change, advanced by each write in the transaction that appends (see changes/change-log.ts),
+ * and a bigint on PostgreSQL as `seq` is.
  *
- * The audit trail's events are carried over, oldest first, and their table dropped: the audit list
- * reads the log from now on. Events name their target by its human ref (`catalog:org/handbook`); the
- * carried change takes the id of the Catalog or Resource that still has that ref, or keeps the ref.
+ * The audit trail's events are carried over, oldest first: the audit list reads the log from now on.
+ * Events name their target by its human ref (`catalog:org/handbook`); the carried change takes the id
+ * of the Catalog or Resource that still has that ref, or keeps the ref. Their table is left in place
+ * for one release, unread, so that instances of the previous release keep writing during a rolling
+ * deploy (their writes move the head without a change, which tells every follower to start afresh).
+ * All of it is one transaction on SQLite too, where migrations are otherwise not wrapped in one.
  */
 export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
+  if (dialect === 'sqlite') await db.transaction().execute((trx) => migrate(trx, dialect));
+  else await migrate(db, dialect);
+}
+
+async function migrate(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
   const text = (column: ColumnDefinitionBuilder) =>
     dialect === 'postgres' ? column.modifyFront(sql`collate "C"`) : column;
   await db.schema
@@ -33,6 +41,9 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .execute();
   // A namespace's changes in order: the audit list (newest first) and a follower of one account.
   await db.schema.createIndex('changes_namespace_seq').on('changes').columns(['namespace', 'seq']).execute();
+  if (dialect === 'postgres') {
+    await sql`alter table data_generation alter column generation type bigint`.execute(db);
+  }
 
   const events = await sql<AuditEvent>`select * from audit_events order by at, id`.execute(db);
   let seq = 0;
@@ -46,7 +57,6 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
       db,
     );
   }
-  await db.schema.dropTable('audit_events').execute();
   // The head is at least the last carried change; it never moves back (instances compare it).
   await sql`update data_generation set generation = ${seq} where id = 1 and generation < ${seq}`.execute(db);
 }

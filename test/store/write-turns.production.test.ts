@@ -1,0 +1,77 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readChangesAfter, readHead } from '../../src/changes/change-log.js';
+import { UnitOfWork } from '../../src/changes/unit-of-work.js';
+import { createDatabases, type Databases } from '../../src/db/create-db.js';
+import { WriteContentionError } from '../../src/foundation/errors.js';
+import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+
+const operator = { actor: { type: 'operator' } } as const;
+const change = (namespace: string) =>
+  ({
+    namespace,
+    type: 'account.plan_changed',
+    target: { kind: 'account', id: namespace },
+    summary: 't',
+  }) as const;
+
+/**
+ * D26 on PostgreSQL: a write of another process waits for the writers' turn as a lock, a bounded
+ * wait (lock_timeout) that counts as a conflict and is tried again; it never turns into the statement
+ * timeout's 503 "the database did not answer", and never into a 500.
+ */
+describe('the writers’ turn across processes on PostgreSQL (D26)', () => {
+  let backend: TestBackend;
+  let other: Databases;
+
+  beforeAll(async () => {
+    backend = await createTestBackend();
+    // Another process: a pool of its own on the same database.
+    other = createDatabases({ kind: 'postgres', url: backend.env.PLAYBOOK_DATABASE_URL! });
+  });
+  afterAll(async () => {
+    await other.close();
+    await backend.cleanup();
+  });
+
+  const holdTurn = (ms: number) =>
+    new UnitOfWork(backend.databases.primary).run('import', operator, async (write) => {
+      await write.append([change('holder')]);
+      await new Promise((resolve) => setTimeout(resolve, ms));
+    });
+
+  it('waits through a turn held longer than one wait, then commits after it, numbered after it', async () => {
+    const start = await readHead(backend.databases.primary);
+    const holder = holdTurn(700);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const retries: number[] = [];
+    const waiting = new UnitOfWork(other.primary, { turnWaitMs: 200, backoffMs: 10 }).run(
+      'account-set',
+      operator,
+      (write) => write.append([change('waiter')]),
+      (attempt) => retries.push(attempt),
+    );
+    await holder;
+    await waiting;
+    expect(retries.length).toBeGreaterThan(0);
+    const changes = await readChangesAfter(backend.databases.primary, start, 10);
+    expect(changes.map((c) => [c.seq, c.namespace])).toEqual([
+      [start + 1, 'holder'],
+      [start + 2, 'waiter'],
+    ]);
+  });
+
+  it('gives up with 503 (WriteContentionError) when the turn stays held past every attempt, writing nothing', async () => {
+    const start = await readHead(backend.databases.primary);
+    const holder = holdTurn(1500);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const waiting = new UnitOfWork(other.primary, { turnWaitMs: 100, backoffMs: 5, attempts: 3 }).run(
+      'account-set',
+      operator,
+      (write) => write.append([change('gave-up')]),
+    );
+    await expect(waiting).rejects.toBeInstanceOf(WriteContentionError);
+    await holder;
+    const changes = await readChangesAfter(backend.databases.primary, start, 10);
+    expect(changes.map((c) => c.namespace)).toEqual(['holder']);
+  });
+});
