@@ -29,7 +29,7 @@ export async function setAccount(
     throw InputError.of(
       'path',
       'accountId',
-      'must be 1-128 characters of letters, digits, ".", "_", ":" or "-"',
+      'must be 1-128 characters of letters, digits, ".", "_", ":" or "-", and not svc (the service\'s own)',
     );
   }
   return writes.run('account-set', { actor: { type: 'operator' } }, async (write) => {

@@ -8,6 +8,7 @@ import {
   type RemoteJWKSetOptions,
 } from 'jose';
 import { AuthenticationError, UnavailableError } from '../foundation/errors.js';
+import { SERVICE_OWNER } from '../schemas/identity.js';
 import { DEV_ALGORITHM, type DevTokenSigner, type TokenClaimsConfig } from './dev-signer.js';
 
 /**
@@ -121,7 +122,8 @@ export class AccessTokenVerifier {
         'claims',
       );
     }
-    return [...new Set(claim)];
+    // `svc` names the service's own content, never an account a user may act for (D26).
+    return [...new Set(claim)].filter((account) => account !== SERVICE_OWNER);
   }
 
   private refusal(error: unknown): Error {

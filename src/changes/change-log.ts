@@ -2,6 +2,7 @@ import { v7 } from 'uuid';
 import { chunk, rowsPerInsert } from '../db/batches.js';
 import type { ChangeRow, Db } from '../db/tables.js';
 import { CHANGE_TYPES } from '../schemas/audit.js';
+import { SERVICE_OWNER } from '../schemas/identity.js';
 
 export { CHANGE_TYPES };
 
@@ -16,8 +17,8 @@ export type ChangeType = (typeof CHANGE_TYPES)[number];
 
 export type TargetKind = 'catalog' | 'resource' | 'api_key' | 'account';
 
-/** The namespace of service-owned Catalogs; every other namespace is an account id. */
-export const SERVICE_NAMESPACE = 'svc';
+/** The namespace of service-owned Catalogs; every other namespace is an account id (never `svc`). */
+export const SERVICE_NAMESPACE = SERVICE_OWNER;
 
 /** Who made a change. */
 export type ChangeActor =

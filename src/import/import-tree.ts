@@ -48,7 +48,7 @@ export async function importTree(deps: ImportDeps, options: ImportOptions): Prom
   const problems: string[] = [];
   if (owner.kind === 'account' && !ACCOUNT_ID_PATTERN.test(owner.accountId)) {
     problems.push(
-      `account ${JSON.stringify(owner.accountId)}: must be 1-128 characters of letters, digits, ".", "_", ":" or "-"`,
+      `account ${JSON.stringify(owner.accountId)}: must be 1-128 characters of letters, digits, ".", "_", ":" or "-", and not svc (the service's own)`,
     );
   }
   const { maxContentBytes, maxCatalogResources } = options;

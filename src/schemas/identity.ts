@@ -10,8 +10,11 @@ export type Environment = (typeof ENVIRONMENTS)[number];
 /** Key ids as D8 bounds them; what the service mints is 16 characters long. */
 export const KEY_ID_PATTERN = '^[A-Za-z0-9]{12,32}$';
 
-/** Account ids are opaque to the service but must be printable and bounded. */
-export const ACCOUNT_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+/** What names the service's own content, in paths and in the change log's namespaces (D26): no account. */
+export const SERVICE_OWNER = 'svc';
+
+/** Account ids are opaque to the service but must be printable and bounded, and are never `svc`. */
+export const ACCOUNT_ID_PATTERN = /^(?!svc$)[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 
 export const SCOPES = ['playbook:read', 'playbook:write'] as const;
 export const Scope = StringEnum(SCOPES);
@@ -26,7 +29,7 @@ export const AccountId = Type.String({
   minLength: 1,
   maxLength: 128,
   pattern: ACCOUNT_ID_PATTERN.source,
-  description: 'account id',
+  description: 'account id (`svc` names the service, never an account)',
 });
 export const ApiKeyName = Name(100, {
   description: 'label of the key: 1-100 characters on one line, not blank, without control characters',

@@ -211,6 +211,28 @@ describe('the change log and the one unit of work (D26)', () => {
     expect(created.map((change) => change.type)).toEqual(['resource.created']);
   });
 
+  it('svc is no account: a key for it and its audit list are 400s, and a token naming it acts for none', async () => {
+    const svcToken = await identity.tokenHeaders({ user: 'eve', accounts: ['svc'] });
+    const key = await app.inject({
+      method: 'POST',
+      url: KEYS,
+      headers: svcToken,
+      payload: { name: 'service', accountId: 'svc', scopes: ['playbook:read'] },
+    });
+    expect(key.statusCode).toBe(400);
+    expect(key.json().errors).toEqual([expect.objectContaining({ in: 'body', name: 'accountId' })]);
+    const audit = await app.inject({ url: '/v3/identity/audit-events?accountId=svc', headers: svcToken });
+    expect(audit.statusCode).toBe(400);
+    // The service's changes are in the log under svc; no account's list shows them.
+    const mine = await app.inject({
+      url: '/v3/identity/audit-events?accountId=acme&pageSize=100',
+      headers: token,
+    });
+    expect((mine.json().data as { accountId: string }[]).every((event) => event.accountId === 'acme')).toBe(
+      true,
+    );
+  });
+
   it('a follower reading by seq while writers commit sees every change once, in commit order', async () => {
     const db = backend.databases.primary;
     const start = await readHead(db);

@@ -1006,8 +1006,19 @@ describe('D15 account namespaces', () => {
       runImport(backend, dir, { owner: { kind: 'account', accountId: 'no spaces' } }),
     );
     expect(problems).toEqual([
-      'account "no spaces": must be 1-128 characters of letters, digits, ".", "_", ":" or "-"',
+      'account "no spaces": must be 1-128 characters of letters, digits, ".", "_", ":" or "-", and not svc (the service\'s own)',
     ]);
+  });
+
+  it('refuses svc as an account id: it names the service, in paths and in the change log (D26)', async () => {
+    await writeTree(dir, { 'handbook/catalog.json': catalogJson() });
+    const problems = await expectRefused(
+      runImport(backend, dir, { owner: { kind: 'account', accountId: 'svc' } }),
+    );
+    expect(problems).toEqual([
+      'account "svc": must be 1-128 characters of letters, digits, ".", "_", ":" or "-", and not svc (the service\'s own)',
+    ]);
+    expect(await db().selectFrom('accounts').selectAll().execute()).toEqual([]);
   });
 });
 

@@ -2376,7 +2376,7 @@ export interface operations {
     listApiKeys: {
         parameters: {
             query: {
-                /** @description account id */
+                /** @description account id (`svc` names the service, never an account) */
                 accountId: string;
                 /** @description page number, default 1 */
                 page?: number;
@@ -2409,7 +2409,7 @@ export interface operations {
                             id: string;
                             /** @description label of the key: 1-100 characters on one line, not blank, without control characters */
                             name: string;
-                            /** @description account id */
+                            /** @description account id (`svc` names the service, never an account) */
                             accountId: string;
                             /** @description granted scopes, distinct; playbook:write does not imply playbook:read */
                             scopes: ("playbook:read" | "playbook:write")[];
@@ -2559,7 +2559,7 @@ export interface operations {
                 "application/json": {
                     /** @description label of the key: 1-100 characters on one line, not blank, without control characters */
                     name: string;
-                    /** @description account id */
+                    /** @description account id (`svc` names the service, never an account) */
                     accountId: string;
                     /** @description granted scopes, distinct; playbook:write does not imply playbook:read */
                     scopes: ("playbook:read" | "playbook:write")[];
@@ -2588,7 +2588,7 @@ export interface operations {
                         id: string;
                         /** @description label of the key: 1-100 characters on one line, not blank, without control characters */
                         name: string;
-                        /** @description account id */
+                        /** @description account id (`svc` names the service, never an account) */
                         accountId: string;
                         /** @description granted scopes, distinct; playbook:write does not imply playbook:read */
                         scopes: ("playbook:read" | "playbook:write")[];
@@ -2800,7 +2800,7 @@ export interface operations {
     listAuditEvents: {
         parameters: {
             query: {
-                /** @description account id */
+                /** @description account id (`svc` names the service, never an account) */
                 accountId: string;
                 /** @description page number, default 1 */
                 page?: number;
@@ -2836,7 +2836,7 @@ export interface operations {
                              * @description RFC 3339 UTC timestamp
                              */
                             at: string;
-                            /** @description account id */
+                            /** @description account id (`svc` names the service, never an account) */
                             accountId: string;
                             actor: {
                                 /**
@@ -3003,7 +3003,7 @@ export interface operations {
                         id: string;
                         /** @description label of the key: 1-100 characters on one line, not blank, without control characters */
                         name: string;
-                        /** @description account id */
+                        /** @description account id (`svc` names the service, never an account) */
                         accountId: string;
                         /** @description granted scopes, distinct; playbook:write does not imply playbook:read */
                         scopes: ("playbook:read" | "playbook:write")[];
