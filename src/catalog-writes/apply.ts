@@ -1,4 +1,4 @@
-import { readHead } from '../changes/change-log.js';
+import { readNamespaceSeq, SERVICE_NAMESPACE } from '../changes/change-log.js';
 import { UnitOfWork, type WriteName, type Writer } from '../changes/unit-of-work.js';
 import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';
@@ -107,13 +107,17 @@ async function applyCatalogsOnce(
     return state;
   };
 
+  // Everything a plan reads is of its owner's namespace, and every write to it appends a change there.
+  const namespace = owner.kind === 'svc' ? SERVICE_NAMESPACE : owner.accountId;
+  const lastChange = (db: Db) => readNamespaceSeq(db, namespace);
   // Planned first outside any transaction, so that an unchanged tree or a dry run opens no write.
-  const plannedAt = await readHead(deps.db);
+  const plannedAt = await lastChange(deps.db);
   const preview = await planImport(tree, await stateOf(deps.db), planOptions);
   if (preview.refusals.length > 0) throw refused(preview);
   // The state is read a page at a time, so a write that committed meanwhile may show in part: an
-  // empty plan is trusted only if nothing was written since it began (else the transaction plans).
-  if (options.dryRun || (planIsEmpty(preview) && (await readHead(deps.db)) === plannedAt)) {
+  // empty plan is trusted only if nothing was written to the namespace since it began (else the
+  // transaction plans).
+  if (options.dryRun || (planIsEmpty(preview) && (await lastChange(deps.db)) === plannedAt)) {
     return { report: await reportOf(preview, options.dryRun === true), plan: preview };
   }
 
@@ -124,19 +128,17 @@ async function applyCatalogsOnce(
   try {
     await storeObjects(deps.objectStore, preview, stored, onProgress, created);
     // What commits must match what storage holds at commit, even if something else wrote meanwhile:
-    // the transaction plans again, unless the log's head says nothing did (every write appends to
-    // it), and then the preview is the plan (a plan of 100,000 Resources is not small to make twice).
+    // the transaction plans again, unless the namespace's last change says nothing did (every write
+    // appends to it), and then the preview, and the precondition checked on its state, stand (a plan
+    // of 100,000 Resources is not small to make twice). Writes to other namespaces do not count.
     // Objects a new plan did not foresee are stored here. A conflict with a concurrent writer runs
     // this again (the unit of work), planning against what that writer committed.
     const applied = await writes.run(
       options.write ?? 'import',
       writer,
       async (write) => {
-        const unchanged = (await readHead(write.db)) === plannedAt;
+        const unchanged = (await lastChange(write.db)) === plannedAt;
         const plan = unchanged ? preview : await planImport(tree, await stateOf(write.db), planOptions);
-        // Checked again under the transaction: a write that got in since the preview may have made it false.
-        if (unchanged && options.precondition)
-          await options.precondition(await loadNamespaceState(write.db, owner, slugs));
         if (plan.refusals.length > 0) throw refused(plan);
         if (planIsEmpty(plan)) return plan;
         await storeObjects(deps.objectStore, plan, stored, onProgress, created);

@@ -67,8 +67,10 @@ export async function writePlan(
   onProgress?: (line: string) => void,
 ): Promise<void> {
   const trx = write.db;
-  if (plan.accountToCreate !== undefined) await createAccountIfAbsent(trx, plan.accountToCreate, plan.now);
-  await write.append(plan.changes);
+  // Created by another write meanwhile (a key of the account): then it is that write's change.
+  const accountCreated =
+    plan.accountToCreate !== undefined && (await createAccountIfAbsent(trx, plan.accountToCreate, plan.now));
+  await write.append(plan.changes.filter((change) => change.type !== 'account.created' || accountCreated));
 
   for (const rows of chunk(plan.catalogRows, rowsPerInsert(11))) {
     await trx

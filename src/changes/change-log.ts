@@ -109,6 +109,19 @@ export async function readHead(db: Db): Promise<number> {
   return Number(row.generation);
 }
 
+/**
+ * The `seq` of the last change of `namespace` (0 before its first): what a write planned outside its
+ * transaction compares to learn whether anything it planned against has changed since.
+ */
+export async function readNamespaceSeq(db: Db, namespace: string): Promise<number> {
+  const row = await db
+    .selectFrom('changes')
+    .select((eb) => eb.fn.max('seq').as('seq'))
+    .where('namespace', '=', namespace)
+    .executeTakeFirst();
+  return Number(row?.seq ?? 0);
+}
+
 /** At most `limit` changes after `after`, in order. */
 export async function readChangesAfter(db: Db, after: number, limit: number): Promise<Change[]> {
   const rows = await db

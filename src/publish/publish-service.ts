@@ -41,7 +41,7 @@ import {
 import { yieldIfBusy } from '../foundation/pace.js';
 import { byText } from '../foundation/text-order.js';
 import { holdsAtMost } from '../foundation/value-size.js';
-import { createOnly, matchHolds } from '../http/conditional.js';
+import { createOnly, matchHolds, noneMatchNames } from '../http/conditional.js';
 import { tooLarge } from '../import/content-file.js';
 import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
 import type { Catalog } from '../schemas/playbook.js';
@@ -547,17 +547,27 @@ async function checkPreconditions(
   resourceWrite = false,
 ): Promise<void> {
   const exists = resourceWrite ? resourceEtag !== undefined : catalog !== undefined;
-  if (createOnly(context.ifNoneMatch) && exists) {
-    throw new PreconditionFailedError('If-None-Match: * asks to create, and this already exists');
-  }
-  if (context.ifMatch !== undefined) {
-    // Made only when asked for: a Catalog's ETag digests every one of its Resources.
-    const current = resourceWrite ? resourceEtag : catalog ? await catalogEtag(catalog) : undefined;
-    if (!matchHolds(context.ifMatch, current)) {
-      throw new PreconditionFailedError(
-        'If-Match does not name the current ETag (a weak tag never does): it changed since it was read; read it again',
-      );
+  // Made only when asked for: a Catalog's ETag digests every one of its Resources.
+  const current = async () =>
+    resourceWrite ? resourceEtag : catalog ? await catalogEtag(catalog) : undefined;
+  if (context.ifNoneMatch !== undefined) {
+    if (createOnly(context.ifNoneMatch)) {
+      if (exists)
+        throw new PreconditionFailedError('If-None-Match: * asks to create, and this already exists');
+    } else {
+      // RFC 9110 §13.1.2: the write goes ahead only if no listed tag names what is there now.
+      const etag = await current();
+      if (etag !== undefined && noneMatchNames(context.ifNoneMatch, etag)) {
+        throw new PreconditionFailedError(
+          'If-None-Match names the current ETag: the write goes ahead only if it does not',
+        );
+      }
     }
+  }
+  if (context.ifMatch !== undefined && !matchHolds(context.ifMatch, await current())) {
+    throw new PreconditionFailedError(
+      'If-Match does not name the current ETag (a weak tag never does): it changed since it was read; read it again',
+    );
   }
 }
 

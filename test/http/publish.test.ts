@@ -230,6 +230,18 @@ describe('publishing over HTTP (D23)', () => {
       const late = await put(CATALOG, catalogBody({ name: 'Late' }), { ...writer, 'if-match': current });
       expect(late.statusCode).toBe(412);
       expect((await put(CATALOG, catalogBody(), { ...writer, 'if-none-match': '*' })).statusCode).toBe(412);
+      // RFC 9110: If-None-Match with tags holds unless one names the current ETag (weakly).
+      const now = fresh.headers.etag as string;
+      const named = await put(CATALOG, catalogBody({ name: 'Renamed' }), {
+        ...writer,
+        'if-none-match': `"x", W/${now}`,
+      });
+      expect(named.statusCode).toBe(412);
+      const other = await put(CATALOG, catalogBody({ name: 'Renamed' }), {
+        ...writer,
+        'if-none-match': '"x"',
+      });
+      expect(other.statusCode).toBe(200);
       const created = await put('/v3/playbook/catalogs/org/created-once', catalogBody(), {
         ...writer,
         'if-none-match': '*',
