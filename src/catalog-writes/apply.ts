@@ -36,6 +36,8 @@ export interface ApplyOptions {
   readonly write?: WriteName;
   /** Who writes: an operator (the command line) by default. */
   readonly writer?: Writer;
+  /** Runs in the transaction once the plan is written: what the write answers with is read there. */
+  readonly readBack?: (db: Db) => Promise<void>;
 }
 
 /** What was applied: the report, the plan, and the stored state it was planned against. */
@@ -143,6 +145,7 @@ async function applyCatalogsOnce(
         if (planIsEmpty(plan)) return plan;
         await storeObjects(deps.objectStore, plan, stored, onProgress, created);
         await writePlan(write, plan, onProgress);
+        await options.readBack?.(write.db);
         return plan;
       },
       (attempt) => onProgress?.(`storage changed during the import; planning again (attempt ${attempt})`),

@@ -208,11 +208,23 @@ export class PublishService {
       resources,
     };
     let existed = false;
-    const applied = await this.apply(context, accountId, catalog, dryRun, 'publish-catalog', (state) => {
-      existed = state.catalogs.has(slug);
-      return checkPreconditions(context, state.catalogs.get(slug));
-    });
-    const stored = dryRun && !existed ? undefined : await this.storedCatalog(accountId, slug);
+    let stored: StoredCatalog | undefined;
+    const applied = await this.apply(
+      context,
+      accountId,
+      catalog,
+      dryRun,
+      'publish-catalog',
+      (state) => {
+        existed = state.catalogs.has(slug);
+        return checkPreconditions(context, state.catalogs.get(slug));
+      },
+      async (db) => {
+        stored = await this.storedCatalog(accountId, slug, db);
+      },
+    );
+    // A write that changed nothing opened no transaction: what is stored is read now.
+    stored ??= dryRun && !existed ? undefined : await this.storedCatalog(accountId, slug);
     return {
       status: existed || dryRun ? 200 : 201,
       body: {
@@ -247,17 +259,28 @@ export class PublishService {
       resourcesOnly: true,
     };
     let existed = false;
-    const applied = await this.apply(context, accountId, catalog, false, 'publish-resource', (state) => {
-      const resource = state.catalogs.get(catalogSlug)?.resources.get(resourceSlug);
-      existed = resource !== undefined;
-      return checkPreconditions(
-        context,
-        state.catalogs.get(catalogSlug),
-        resource ? resourceEtagOf(resource.row) : undefined,
-        existed,
-      );
-    });
-    const stored = await this.storedCatalog(accountId, catalogSlug);
+    let stored: StoredCatalog | undefined;
+    const applied = await this.apply(
+      context,
+      accountId,
+      catalog,
+      false,
+      'publish-resource',
+      (state) => {
+        const resource = state.catalogs.get(catalogSlug)?.resources.get(resourceSlug);
+        existed = resource !== undefined;
+        return checkPreconditions(
+          context,
+          state.catalogs.get(catalogSlug),
+          resource ? resourceEtagOf(resource.row) : undefined,
+          existed,
+        );
+      },
+      async (db) => {
+        stored = await this.storedCatalog(accountId, catalogSlug, db);
+      },
+    );
+    stored ??= await this.storedCatalog(accountId, catalogSlug);
     const resource = stored.state.resources.get(resourceSlug)!.row;
     return {
       status: existed ? 200 : 201,
@@ -288,72 +311,77 @@ export class PublishService {
     label: string,
   ): Promise<WriteAnswer<Catalog>> {
     const accountId = writerAccount(context.principal);
-    const created = await this.deps.writes.run('publish-version', writerOf(context), async (write) => {
-      const { db: trx } = write;
-      const at = write.context.at;
-      const state = await this.catalogState(accountId, catalogSlug, trx);
-      await checkPreconditions(context, state);
-      const sources: PinSource[] = [];
-      // CatalogPins puts the pins in slug order itself.
-      for (const [slug, resource] of state.resources) {
-        const version = resource.currentVersion;
-        if (resource.row.status !== 'active' || !version) continue;
-        sources.push({
-          resourceId: resource.row.id,
-          slug,
-          versionId: version.id,
-          version: version.version,
-          contentHash: version.content_hash,
-        });
-      }
-      const pins = new CatalogPins('org', catalogSlug, sources);
-      const manifestHash = await manifestHashOf(pins);
-      // The state read above holds every label of the Catalog: only a used one is looked up.
-      const same = state.labels.has(label)
-        ? await trx
-            .selectFrom('catalog_versions')
-            .select(['manifest_hash'])
-            .where('catalog_id', '=', state.row.id)
-            .where('version', '=', label)
-            .executeTakeFirst()
-        : undefined;
-      if (same) {
-        if (same.manifest_hash === manifestHash) return false;
-        throw new ConflictError(
-          `version "${label}" already names other pins of this catalog; choose a new version label`,
-          'version_label_taken',
-        );
-      }
-      const id = v7();
-      await trx
-        .insertInto('catalog_versions')
-        .values({
-          id,
-          catalog_id: state.row.id,
-          version: label,
-          pins: await pins.json(),
-          manifest_hash: manifestHash,
-          resource_count: pins.count,
-          published_at: at,
-          created_at: at,
-        })
-        .execute();
-      await trx
-        .updateTable('catalogs')
-        .set({ current_version_id: id, updated_at: at })
-        .where('id', '=', state.row.id)
-        .execute();
-      await write.append([
-        {
-          namespace: accountId,
-          type: 'catalog.version_published',
-          target: { kind: 'catalog', id: state.row.id, humanRef: `org/${catalogSlug}` },
-          summary: `catalog version org/${catalogSlug} ${label}: ${pins.count} pins`,
-        },
-      ]);
-      return true;
-    });
-    const stored = await this.storedCatalog(accountId, catalogSlug);
+    const { created, stored } = await this.deps.writes.run(
+      'publish-version',
+      writerOf(context),
+      async (write) => {
+        const { db: trx } = write;
+        const at = write.context.at;
+        const state = await this.catalogState(accountId, catalogSlug, trx);
+        await checkPreconditions(context, state);
+        const sources: PinSource[] = [];
+        // CatalogPins puts the pins in slug order itself.
+        for (const [slug, resource] of state.resources) {
+          const version = resource.currentVersion;
+          if (resource.row.status !== 'active' || !version) continue;
+          sources.push({
+            resourceId: resource.row.id,
+            slug,
+            versionId: version.id,
+            version: version.version,
+            contentHash: version.content_hash,
+          });
+        }
+        const pins = new CatalogPins('org', catalogSlug, sources);
+        const manifestHash = await manifestHashOf(pins);
+        // The state read above holds every label of the Catalog: only a used one is looked up.
+        const same = state.labels.has(label)
+          ? await trx
+              .selectFrom('catalog_versions')
+              .select(['manifest_hash'])
+              .where('catalog_id', '=', state.row.id)
+              .where('version', '=', label)
+              .executeTakeFirst()
+          : undefined;
+        if (same) {
+          if (same.manifest_hash === manifestHash) {
+            return { created: false, stored: await this.storedCatalog(accountId, catalogSlug, trx) };
+          }
+          throw new ConflictError(
+            `version "${label}" already names other pins of this catalog; choose a new version label`,
+            'version_label_taken',
+          );
+        }
+        const id = v7();
+        await trx
+          .insertInto('catalog_versions')
+          .values({
+            id,
+            catalog_id: state.row.id,
+            version: label,
+            pins: await pins.json(),
+            manifest_hash: manifestHash,
+            resource_count: pins.count,
+            published_at: at,
+            created_at: at,
+          })
+          .execute();
+        await trx
+          .updateTable('catalogs')
+          .set({ current_version_id: id, updated_at: at })
+          .where('id', '=', state.row.id)
+          .execute();
+        await write.append([
+          {
+            namespace: accountId,
+            type: 'catalog.version_published',
+            target: { kind: 'catalog', id: state.row.id, humanRef: `org/${catalogSlug}` },
+            summary: `catalog version org/${catalogSlug} ${label}: ${pins.count} pins`,
+          },
+        ]);
+        return { created: true, stored: await this.storedCatalog(accountId, catalogSlug, trx) };
+      },
+    );
     return { status: created ? 201 : 200, body: stored.catalog, etag: stored.etag };
   }
 
@@ -447,6 +475,7 @@ export class PublishService {
     dryRun: boolean,
     write: 'publish-catalog' | 'publish-resource',
     precondition: (state: NamespaceState) => Promise<void>,
+    readBack: (db: Db) => Promise<void>,
   ) {
     const options: ApplyOptions = {
       via: 'publish',
@@ -456,6 +485,7 @@ export class PublishService {
       dryRun,
       now: this.now,
       precondition,
+      readBack,
     };
     try {
       return await applyCatalogs(
@@ -484,11 +514,18 @@ export class PublishService {
     return state;
   }
 
-  /** The Catalog as it now is, and its ETag. */
-  private async storedCatalog(accountId: string, slug: string) {
-    const state = await this.catalogState(accountId, slug);
+  /**
+   * The Catalog as `db` sees it now, and its ETag: read in the write's transaction, so that the ETag a
+   * write answers with is of that write, never of a later one by someone else.
+   */
+  private async storedCatalog(
+    accountId: string,
+    slug: string,
+    db: Db = this.deps.db,
+  ): Promise<StoredCatalog> {
+    const state = await this.catalogState(accountId, slug, db);
     const version = state.row.current_version_id
-      ? await this.deps.db
+      ? await db
           .selectFrom('catalog_versions')
           .select(['id', 'version', 'manifest_hash', 'resource_count', 'published_at'])
           .where('id', '=', state.row.current_version_id)
@@ -497,11 +534,18 @@ export class PublishService {
     // The pins of a large Catalog are megabytes of JSON: read apart, a slice at a time (D20).
     const catalog = toCatalog(state.row, version && { ...version, pins: '[]' });
     if (version && catalog.currentVersion) {
-      catalog.currentVersion.resourcePins = await readStoredPins(this.deps.db, version.id);
+      catalog.currentVersion.resourcePins = await readStoredPins(db, version.id);
     }
     const etag = await catalogEtag(state);
     return { state, catalog, etag };
   }
+}
+
+/** A Catalog as stored: its state, its API shape and its ETag. */
+interface StoredCatalog {
+  readonly state: CatalogState;
+  readonly catalog: Catalog;
+  readonly etag: string;
 }
 
 /** The account a write acts for: `org` is always the caller's own (D5, D23). */

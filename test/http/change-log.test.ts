@@ -211,6 +211,26 @@ describe('the change log and the one unit of work (D26)', () => {
     expect(created.map((change) => change.type)).toEqual(['resource.created']);
   });
 
+  it('the ETag a write answers with is of that write: two writes at once answer two ETags, the later one current', async () => {
+    const [first, second] = await Promise.all([
+      put(`${CATALOG}/resources/etag-race`, single('etag-race', { version: 'e1', content: 'one' })),
+      put(`${CATALOG}/resources/etag-race`, single('etag-race', { version: 'e2', content: 'two' })),
+    ]);
+    expect([first.statusCode, second.statusCode].sort()).toEqual([200, 201]);
+    expect(first.headers.etag).not.toBe(second.headers.etag);
+    // Whichever committed last holds the current ETag; the other's is stale.
+    const [earlier, later] = first.statusCode === 201 ? [first, second] : [second, first];
+    const guarded = (etag: string) =>
+      app.inject({
+        method: 'PUT',
+        url: `${CATALOG}/resources/etag-race`,
+        headers: { ...writer, 'if-match': etag },
+        payload: single('etag-race', { version: 'e3', content: 'three' }),
+      });
+    expect((await guarded(String(earlier.headers.etag))).statusCode).toBe(412);
+    expect((await guarded(String(later.headers.etag))).statusCode).toBe(200);
+  });
+
   it('svc is no account: a key for it and its audit list are 400s, and a token naming it acts for none', async () => {
     const svcToken = await identity.tokenHeaders({ user: 'eve', accounts: ['svc'] });
     const key = await app.inject({
