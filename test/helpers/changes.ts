@@ -6,3 +6,16 @@ export async function loggedChanges(db: Db, namespace?: string): Promise<Change[
   const changes = await readChangesAfter(db, 0, 1_000_000);
   return namespace === undefined ? changes : changes.filter((change) => change.namespace === namespace);
 }
+
+/** A write of the command line, as the unit of work is told of it. */
+export const OPERATOR = { actor: { type: 'operator' } } as const;
+
+/** One change of an account, as a write appends it. */
+export function accountChange(namespace: string) {
+  return {
+    namespace,
+    type: 'account.plan_changed',
+    target: { kind: 'account', id: namespace },
+    summary: 'made by a test',
+  } as const;
+}

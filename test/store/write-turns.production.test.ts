@@ -4,15 +4,7 @@ import { UnitOfWork } from '../../src/changes/unit-of-work.js';
 import { createDatabases, type Databases } from '../../src/db/create-db.js';
 import { WriteContentionError } from '../../src/foundation/errors.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
-
-const operator = { actor: { type: 'operator' } } as const;
-const change = (namespace: string) =>
-  ({
-    namespace,
-    type: 'account.plan_changed',
-    target: { kind: 'account', id: namespace },
-    summary: 't',
-  }) as const;
+import { accountChange, OPERATOR } from '../helpers/changes.js';
 
 /**
  * D26 on PostgreSQL: a write of another process waits for the writers' turn as a lock, a bounded
@@ -34,8 +26,8 @@ describe('the writers’ turn across processes on PostgreSQL (D26)', () => {
   });
 
   const holdTurn = (ms: number) =>
-    new UnitOfWork(backend.databases.primary).run('import', operator, async (write) => {
-      await write.append([change('holder')]);
+    new UnitOfWork(backend.databases.primary).run('import', OPERATOR, async (write) => {
+      await write.append([accountChange('holder')]);
       await new Promise((resolve) => setTimeout(resolve, ms));
     });
 
@@ -46,8 +38,8 @@ describe('the writers’ turn across processes on PostgreSQL (D26)', () => {
     const retries: number[] = [];
     const waiting = new UnitOfWork(other.primary, { turnWaitMs: 200, backoffMs: 10 }).run(
       'account-set',
-      operator,
-      (write) => write.append([change('waiter')]),
+      OPERATOR,
+      (write) => write.append([accountChange('waiter')]),
       (attempt) => retries.push(attempt),
     );
     await holder;
@@ -66,8 +58,8 @@ describe('the writers’ turn across processes on PostgreSQL (D26)', () => {
     await new Promise((resolve) => setTimeout(resolve, 50));
     const waiting = new UnitOfWork(other.primary, { turnWaitMs: 100, backoffMs: 5, attempts: 3 }).run(
       'account-set',
-      operator,
-      (write) => write.append([change('gave-up')]),
+      OPERATOR,
+      (write) => write.append([accountChange('gave-up')]),
     );
     await expect(waiting).rejects.toBeInstanceOf(WriteContentionError);
     await holder;

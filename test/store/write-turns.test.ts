@@ -5,17 +5,7 @@ import { UnitOfWork, type WriteScope } from '../../src/changes/unit-of-work.js';
 import type { Db } from '../../src/db/tables.js';
 import { WriteContentionError } from '../../src/foundation/errors.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
-
-/** One change of an account, as a write appends it. */
-const change = (namespace: string) =>
-  ({
-    namespace,
-    type: 'account.plan_changed',
-    target: { kind: 'account', id: namespace },
-    summary: 't',
-  }) as const;
-
-const operator = { actor: { type: 'operator' } } as const;
+import { accountChange, OPERATOR } from '../helpers/changes.js';
 
 /**
  * D26: writes take turns, and what follows the log never loses a change. In this process a write that
@@ -38,14 +28,18 @@ describe('writers take turns; the follower loses nothing (D26)', () => {
     const held = new Promise<void>((resolve) => {
       release = resolve;
     });
-    const long = writes.run('account-set', operator, async (write) => {
+    const long = writes.run('account-set', OPERATOR, async (write) => {
       await held;
-      await write.append([change('long')]);
+      await write.append([accountChange('long')]);
     });
     const start = await readHead(backend.databases.primary);
-    const queued = writes.run('account-set', operator, async (write) => write.append([change('queued')]));
+    const queued = writes.run('account-set', OPERATOR, async (write) =>
+      write.append([accountChange('queued')]),
+    );
     await expect(queued).rejects.toBeInstanceOf(WriteContentionError);
-    const after = writes.run('account-set', operator, async (write) => write.append([change('after')]));
+    const after = writes.run('account-set', OPERATOR, async (write) =>
+      write.append([accountChange('after')]),
+    );
     release();
     await long;
     await after;
@@ -76,8 +70,8 @@ describe('writers take turns; the follower loses nothing (D26)', () => {
     const seen: FollowedChanges[] = [];
     follower.onChange((followed) => seen.push(followed));
     await follower.check();
-    await new UnitOfWork(backend.databases.primary).run('account-set', operator, (write: WriteScope) =>
-      write.append([change('flaky-a'), change('flaky-b')]),
+    await new UnitOfWork(backend.databases.primary).run('account-set', OPERATOR, (write: WriteScope) =>
+      write.append([accountChange('flaky-a'), accountChange('flaky-b')]),
     );
     failNext = true;
     await follower.check();
