@@ -1,9 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { Duplex } from 'node:stream';
 import AjvCompiler, { type Options as AjvOptions } from '@fastify/ajv-compiler';
-import swagger from '@fastify/swagger';
-import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, {
   type FastifyBaseLogger,
@@ -11,36 +8,27 @@ import Fastify, {
   type FastifyServerOptions,
   LogController,
 } from 'fastify';
-import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import type { AuditLog } from '../audit/audit-log.js';
 import type { ApiKeyService } from '../auth/api-key-service.js';
-import { type Authenticator, authHook } from '../auth/authenticator.js';
+import type { Authenticator } from '../auth/authenticator.js';
 import type { LeakReportSignatures } from '../auth/leak-reports.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
 import type { PlaybookService } from '../catalog/playbook-service.js';
-import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } from '../foundation/errors.js';
-import {
-  CREDENTIAL_PARAMETERS,
-  holdsCredential,
-  redactCredentials,
-  redactUrl,
-} from '../foundation/redact-url.js';
-import { CREDENTIAL_SAFE_SERIALIZERS, installAccessLog } from '../http/access-log.js';
-import { clientErrorHandler, closeAfterAnswer } from '../http/connection-close.js';
-import { jsonBodyParser } from '../http/json-body.js';
-import { openapiOptions } from '../http/openapi.js';
-import { answerUnmetExpectation, handleClientError, handleError, writeRawProblem } from '../http/problem.js';
-import { queryHooks } from '../http/query.js';
+import { holdsCredential } from '../foundation/redact-url.js';
+import { CREDENTIAL_SAFE_SERIALIZERS } from '../http/access-log.js';
+import { clientErrorHandler } from '../http/connection-close.js';
+import { handleClientError, handleError } from '../http/problem.js';
 import { lazyRequestLogger } from '../http/request-logger.js';
 import { isCheckedInSlices } from '../http/sliced-body.js';
-import { type Tracing, traceRequests } from '../observability/tracing.js';
+import type { Tracing } from '../observability/tracing.js';
 import type { PublishService } from '../publish/publish-service.js';
 import { identityRoutes } from '../routes/identity.js';
 import { operationsRoutes, type ReadinessCheck } from '../routes/operations.js';
 import { playbookRoutes } from '../routes/playbook.js';
 import { publishRoutes } from '../routes/publish.js';
-import { Problem, REQUEST_ID_PATTERN } from '../schemas/common.js';
-import { playbookSchemas } from '../schemas/playbook.js';
+import { REQUEST_ID_PATTERN } from '../schemas/common.js';
+import { documentation } from './documentation.js';
+import { requestPipeline } from './request-pipeline.js';
 
 export interface AppDependencies {
   readonly playbook: PlaybookService;
@@ -89,23 +77,6 @@ function requestIdOf(request: IncomingMessage): string {
     : randomUUID();
 }
 
-/** How many segments of an unknown path a 404 names: enough to tell which family of routes was meant. */
-const NAMED_SEGMENTS = 3;
-const MAX_NAMED_SEGMENT = 64;
-
-/**
- * The start of a path no route takes, as a 404 names it (D21): its first segments, each redacted when
- * credential-shaped and cut when long; never the whole path, which may carry anything further on.
- */
-function routeStart(path: string): string {
-  const segments = path.split('/', NAMED_SEGMENTS + 2);
-  const named = segments.slice(1, NAMED_SEGMENTS + 1).map((segment) => {
-    const shown = redactCredentials(segment);
-    return shown.length > MAX_NAMED_SEGMENT ? `${shown.slice(0, MAX_NAMED_SEGMENT - 1)}…` : shown;
-  });
-  return `/${named.join('/')}${segments.length > NAMED_SEGMENTS + 1 ? '/…' : ''}`;
-}
-
 /** Whatever logger the app is given writes requests and errors with no credential in them (D21). */
 function credentialSafe(
   logger: FastifyServerOptions['logger'] | FastifyBaseLogger,
@@ -116,35 +87,6 @@ function credentialSafe(
   if (logger === false || logger === undefined) return { logger: false };
   const options = logger === true ? {} : logger;
   return { logger: { ...options, serializers: { ...options.serializers, ...CREDENTIAL_SAFE_SERIALIZERS } } };
-}
-
-/**
- * A credential sent in the URL (D21) is refused: URLs end up in logs, histories and proxies. The value
- * is never logged either (see `redactUrl`).
- */
-function credentialInQuery(query: unknown): InputError | undefined {
-  if (typeof query !== 'object' || query === null) return undefined;
-  for (const name of Object.keys(query)) {
-    if (CREDENTIAL_PARAMETERS.has(name.toLowerCase())) {
-      return InputError.of(
-        'query',
-        name,
-        'send credentials in headers (x-api-key or Authorization), never in the URL',
-      );
-    }
-  }
-  return undefined;
-}
-
-/** A route option's hooks as a list: Fastify takes one, a list, or none. */
-function hooksOf<H>(hooks: H | H[] | undefined): H[] {
-  return hooks === undefined ? [] : ([hooks].flat() as H[]);
-}
-
-/** RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400. */
-function missingHost(request: IncomingMessage): InputError | undefined {
-  if (request.headers.host !== undefined || request.httpVersion === '1.0') return undefined;
-  return InputError.of('header', 'host', 'is required in HTTP/1.1');
 }
 
 const validators = AjvCompiler();
@@ -170,14 +112,6 @@ function validatorPerPart(
     }
     return route.httpPart === 'body' ? exact(route) : coercing(route);
   };
-}
-
-function withoutUpgradeInsecureRequests(policy: string): string {
-  return policy
-    .split(';')
-    .map((directive) => directive.trim())
-    .filter((directive) => directive !== '' && directive !== 'upgrade-insecure-requests')
-    .join('; ');
 }
 
 /** A hop count trusts that many proxies nearest the service; addresses and booleans pass as they are. */
@@ -235,113 +169,15 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     schemaController: { compilersFactory: { buildValidator: validatorPerPart } },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
-  app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
-
-  // First of the hooks, so that everything a request does happens inside its span.
-  if (deps.tracing) await traceRequests(app, deps.tracing);
-  app.decorateRequest('principal', null);
-  installAccessLog(app);
-  app.setErrorHandler(handleError);
-  // D2: a known path asked with another method is a 405 that names the methods it takes.
-  const routes = FindMyWay({ maxParamLength: 2048 });
-  const methods = new Set<string>();
-  app.addHook('onRoute', (route) => {
-    for (const method of [route.method].flat()) {
-      methods.add(method);
-      routes.on(method as HTTPMethod, route.url, () => {});
-    }
+  // Plugins by area, each on the root context: how every request is handled, then what describes
+  // the API, then the operations of each area.
+  await app.register(requestPipeline, {
+    authenticator: deps.authenticator,
+    rateLimits: deps.rateLimits,
+    timeouts,
+    ...(deps.tracing ? { tracing: deps.tracing } : {}),
   });
-  // Each route's own steps are bound to it once, when it is added, rather than looked up on every
-  // request: the name the access line and the metrics give it, its credential and scope (D7, D10),
-  // and the query checks of D3 where it takes a query.
-  app.addHook('onRoute', (route) => {
-    route.config = { ...route.config, operation: route.schema?.operationId ?? route.url };
-    const needs = route.config.auth;
-    if (needs)
-      route.onRequest = [...hooksOf(route.onRequest), authHook(deps.authenticator, deps.rateLimits, needs)];
-    const query = queryHooks(route.schema?.querystring);
-    if (query) {
-      route.preValidation = [...hooksOf(route.preValidation), query.preValidation];
-      route.preHandler = [...hooksOf(route.preHandler), query.preHandler];
-    }
-  });
-  app.setNotFoundHandler((request) => {
-    const path = request.url.split('?')[0]!;
-    const allowed = [...methods].filter((method) => routes.find(method as HTTPMethod, path) !== null);
-    if (allowed.length > 0) throw new MethodNotAllowedError(request.method, allowed);
-    throw new NotFoundError(`no operation at ${request.method} ${routeStart(path)}`);
-  });
-  // A CONNECT never reaches a route: Node hands it over as a tunnel request, which this is not.
-  app.server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
-    writeRawProblem(socket, 501, 'not_implemented', 'CONNECT is not supported: the service is no proxy.');
-    closeAfterAnswer(socket, timeouts.requestMs);
-  });
-  app.server.on('checkExpectation', answerUnmetExpectation);
-
-  let draining = false;
-  app.addHook('preClose', async () => {
-    draining = true;
-  });
-  // Hooks that need not wait for anything take a callback: Fastify runs them without a promise.
-  app.addHook('onRequest', (request, reply, done) => {
-    reply.header('x-request-id', request.id);
-    if (draining) done(new UnavailableError('the service is shutting down; retry with backoff'));
-    else done(missingHost(request.raw) ?? credentialInQuery(request.query));
-  });
-  // While draining, every answer closes its connection: an idle keep-alive socket would otherwise
-  // hold the server open until its timeout.
-  app.addHook('onSend', (_request, reply, payload, done) => {
-    if (draining) reply.header('connection', 'close');
-    // A redirect may repeat the request's URL (the docs' pages do), credential included (D21).
-    if (reply.statusCode >= 300 && reply.statusCode < 400) {
-      const location = reply.getHeader('location');
-      if (typeof location === 'string') reply.header('location', redactUrl(location));
-    }
-    done(null, payload);
-  });
-  app.decorateRequest('queryProblems', null);
-
-  app.addSchema(Problem);
-  for (const schema of playbookSchemas) app.addSchema(schema);
-
-  await app.register(swagger, openapiOptions());
-  await app.register(swaggerUi, {
-    routePrefix: '/docs',
-    staticCSP: true,
-    // The service is often opened over plain HTTP (a VM, a container): a policy that upgrades its own
-    // assets to https would leave the page blank there. TLS is the load balancer's to enforce.
-    transformStaticCSP: (header) => withoutUpgradeInsecureRequests(String(header)),
-    // "Try it out" calls the service the page came from, over the scheme it came with.
-    transformSpecification: (document, request) => ({
-      ...document,
-      servers: [
-        {
-          // The Host header is the caller's to write; a credential in it is not shown back (D21).
-          url: `${request.protocol}://${redactCredentials(request.host)}`,
-          description: 'This deployment, as the page was opened (local, staging or production)',
-          'x-internal': false,
-        },
-      ],
-    }),
-  });
-
-  // Someone who opens the service in a browser finds where to go, rather than a bare 404.
-  app.get('/', { schema: { hide: true } }, async (_request, reply) => {
-    reply.header('cache-control', 'public, max-age=300');
-    return {
-      name: 'Playbook API',
-      documentation: '/docs',
-      openapi: '/v3/openapi.json',
-      health: '/healthz',
-      readiness: '/readyz',
-    };
-  });
-
-  app.get('/v3/openapi.json', { schema: { hide: true } }, async (_request, reply) => {
-    reply.header('cache-control', 'public, max-age=300');
-    return app.swagger();
-  });
+  await app.register(documentation);
 
   await app.register(operationsRoutes(deps.readiness));
   await app.register(playbookRoutes(deps.playbook));

@@ -1,0 +1,159 @@
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import fastifyPlugin from 'fastify-plugin';
+import FindMyWay, { type HTTPMethod } from 'find-my-way';
+import { type Authenticator, authHook } from '../auth/authenticator.js';
+import type { AccessLimiter } from '../auth/rate-limits.js';
+import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } from '../foundation/errors.js';
+import { CREDENTIAL_PARAMETERS, redactCredentials, redactUrl } from '../foundation/redact-url.js';
+import { installAccessLog } from '../http/access-log.js';
+import { closeAfterAnswer } from '../http/connection-close.js';
+import { jsonBodyParser } from '../http/json-body.js';
+import { answerUnmetExpectation, handleError, writeRawProblem } from '../http/problem.js';
+import { queryHooks } from '../http/query.js';
+import { type Tracing, traceRequests } from '../observability/tracing.js';
+
+export interface RequestPipelineOptions {
+  readonly authenticator: Authenticator;
+  readonly rateLimits: AccessLimiter;
+  readonly timeouts: { readonly requestMs: number; readonly keepAliveMs: number };
+  readonly tracing?: Tracing;
+}
+
+/** How many segments of an unknown path a 404 names: enough to tell which family of routes was meant. */
+const NAMED_SEGMENTS = 3;
+const MAX_NAMED_SEGMENT = 64;
+
+/**
+ * The start of a path no route takes, as a 404 names it (D21): its first segments, each redacted when
+ * credential-shaped and cut when long; never the whole path, which may carry anything further on.
+ */
+function routeStart(path: string): string {
+  const segments = path.split('/', NAMED_SEGMENTS + 2);
+  const named = segments.slice(1, NAMED_SEGMENTS + 1).map((segment) => {
+    const shown = redactCredentials(segment);
+    return shown.length > MAX_NAMED_SEGMENT ? `${shown.slice(0, MAX_NAMED_SEGMENT - 1)}…` : shown;
+  });
+  return `/${named.join('/')}${segments.length > NAMED_SEGMENTS + 1 ? '/…' : ''}`;
+}
+
+/**
+ * A credential sent in the URL (D21) is refused: URLs end up in logs, histories and proxies. The value
+ * is never logged either (see `redactUrl`).
+ */
+function credentialInQuery(query: unknown): InputError | undefined {
+  if (typeof query !== 'object' || query === null) return undefined;
+  for (const name of Object.keys(query)) {
+    if (CREDENTIAL_PARAMETERS.has(name.toLowerCase())) {
+      return InputError.of(
+        'query',
+        name,
+        'send credentials in headers (x-api-key or Authorization), never in the URL',
+      );
+    }
+  }
+  return undefined;
+}
+
+/** A route option's hooks as a list: Fastify takes one, a list, or none. */
+function _hooksOf<H>(hooks: H | H[] | undefined): H[] {
+  return hooks === undefined ? [] : ([hooks].flat() as H[]);
+}
+
+/** RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400. */
+function _missingHost(request: IncomingMessage): InputError | undefined {
+  if (request.headers.host !== undefined || request.httpVersion === '1.0') return undefined;
+  return InputError.of('header', 'host', 'is required in HTTP/1.1');
+}
+
+/** A route option's hooks as a list: Fastify takes one, a list, or none. */
+function hooksOf<H>(hooks: H | H[] | undefined): H[] {
+  return hooks === undefined ? [] : ([hooks].flat() as H[]);
+}
+
+/** RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400. */
+function missingHost(request: IncomingMessage): InputError | undefined {
+  if (request.headers.host !== undefined || request.httpVersion === '1.0') return undefined;
+  return InputError.of('header', 'host', 'is required in HTTP/1.1');
+}
+
+/**
+ * How every request is handled, whatever its route (a plugin on the root context, so that its hooks
+ * apply to every route): JSON bodies, the request's span, the access line, problem documents for every
+ * error (D2), 405 and 404, each route's credential, scope and query checks bound once, and the drain.
+ */
+async function pipeline(fastify: FastifyInstance, options: RequestPipelineOptions): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  const deps = options;
+  const { timeouts } = options;
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
+
+  // First of the hooks, so that everything a request does happens inside its span.
+  if (deps.tracing) await traceRequests(app, deps.tracing);
+  app.decorateRequest('principal', null);
+  installAccessLog(app);
+  app.setErrorHandler(handleError);
+  // D2: a known path asked with another method is a 405 that names the methods it takes.
+  const routes = FindMyWay({ maxParamLength: 2048 });
+  const methods = new Set<string>();
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) {
+      methods.add(method);
+      routes.on(method as HTTPMethod, route.url, () => {});
+    }
+  });
+  // Each route's own steps are bound to it once, when it is added, rather than looked up on every
+  // request: the name the access line and the metrics give it, its credential and scope (D7, D10),
+  // and the query checks of D3 where it takes a query.
+  app.addHook('onRoute', (route) => {
+    route.config = { ...route.config, operation: route.schema?.operationId ?? route.url };
+    const needs = route.config.auth;
+    if (needs)
+      route.onRequest = [...hooksOf(route.onRequest), authHook(deps.authenticator, deps.rateLimits, needs)];
+    const query = queryHooks(route.schema?.querystring);
+    if (query) {
+      route.preValidation = [...hooksOf(route.preValidation), query.preValidation];
+      route.preHandler = [...hooksOf(route.preHandler), query.preHandler];
+    }
+  });
+  app.setNotFoundHandler((request) => {
+    const path = request.url.split('?')[0]!;
+    const allowed = [...methods].filter((method) => routes.find(method as HTTPMethod, path) !== null);
+    if (allowed.length > 0) throw new MethodNotAllowedError(request.method, allowed);
+    throw new NotFoundError(`no operation at ${request.method} ${routeStart(path)}`);
+  });
+  // A CONNECT never reaches a route: Node hands it over as a tunnel request, which this is not.
+  app.server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
+    writeRawProblem(socket, 501, 'not_implemented', 'CONNECT is not supported: the service is no proxy.');
+    closeAfterAnswer(socket, timeouts.requestMs);
+  });
+  app.server.on('checkExpectation', answerUnmetExpectation);
+
+  let draining = false;
+  app.addHook('preClose', async () => {
+    draining = true;
+  });
+  // Hooks that need not wait for anything take a callback: Fastify runs them without a promise.
+  app.addHook('onRequest', (request, reply, done) => {
+    reply.header('x-request-id', request.id);
+    if (draining) done(new UnavailableError('the service is shutting down; retry with backoff'));
+    else done(missingHost(request.raw) ?? credentialInQuery(request.query));
+  });
+  // While draining, every answer closes its connection: an idle keep-alive socket would otherwise
+  // hold the server open until its timeout.
+  app.addHook('onSend', (_request, reply, payload, done) => {
+    if (draining) reply.header('connection', 'close');
+    // A redirect may repeat the request's URL (the docs' pages do), credential included (D21).
+    if (reply.statusCode >= 300 && reply.statusCode < 400) {
+      const location = reply.getHeader('location');
+      if (typeof location === 'string') reply.header('location', redactUrl(location));
+    }
+    done(null, payload);
+  });
+  app.decorateRequest('queryProblems', null);
+}
+
+export const requestPipeline = fastifyPlugin(pipeline, { name: 'request-pipeline' });
