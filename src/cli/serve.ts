@@ -36,6 +36,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         ...(services.identity.leakSignatures ? { leakSignatures: services.identity.leakSignatures } : {}),
         trustProxy: config.trustProxy,
         timeouts: config.timeouts,
+        tokenKeys: config.jwt.jwksUrl === undefined ? 'embedded' : 'jwks',
         ...(traced ? { tracing: traced } : {}),
         logger,
       });

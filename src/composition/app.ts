@@ -59,6 +59,8 @@ export interface AppDependencies {
   readonly timeouts?: { readonly requestMs: number; readonly keepAliveMs: number };
   /** D25: a span per request, when OpenTelemetry tracing is on. */
   readonly tracing?: Tracing;
+  /** Where access tokens' keys come from (`PLAYBOOK_JWKS_URL`, or the embedded signer), for the docs. */
+  readonly tokenKeys?: 'jwks' | 'embedded';
 }
 
 /** D20's defaults, as the configuration has them. */
@@ -177,7 +179,10 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     timeouts,
     ...(deps.tracing ? { tracing: deps.tracing } : {}),
   });
-  await app.register(documentation);
+  await app.register(documentation, {
+    leakReports: deps.leakSignatures !== undefined,
+    tokenKeys: deps.tokenKeys ?? 'embedded',
+  });
 
   await app.register(operationsRoutes(deps.readiness));
   await app.register(playbookRoutes(deps.playbook));

@@ -3,7 +3,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
 import fastifyPlugin from 'fastify-plugin';
 import { redactCredentials } from '../foundation/redact-url.js';
-import { openapiOptions } from '../http/openapi.js';
+import { openapiOptions, type SecuritySetup } from '../http/openapi.js';
 import { Problem } from '../schemas/common.js';
 import { playbookSchemas } from '../schemas/playbook.js';
 
@@ -17,13 +17,14 @@ function withoutUpgradeInsecureRequests(policy: string): string {
 
 /**
  * What describes the API (D17), on the root context so that it sees every route registered after it:
- * the shared schemas, the OpenAPI document at `/v3/openapi.json`, the pages at `/docs`, and `/`.
+ * the shared schemas, the OpenAPI document at `/v3/openapi.json`, the pages at `/docs`, and `/`. Its
+ * security schemes are those this deployment takes.
  */
-async function describe(app: FastifyInstance): Promise<void> {
+async function describe(app: FastifyInstance, security: SecuritySetup): Promise<void> {
   app.addSchema(Problem);
   for (const schema of playbookSchemas) app.addSchema(schema);
 
-  await app.register(swagger, openapiOptions());
+  await app.register(swagger, openapiOptions(security));
   await app.register(swaggerUi, {
     routePrefix: '/docs',
     staticCSP: true,

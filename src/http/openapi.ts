@@ -115,7 +115,15 @@ const TAGS = [
 /**
  * Options of `@fastify/swagger`: the document's frame, and the pass that completes every operation.
  */
-export function openapiOptions(): SwaggerOptions {
+/** What of the deployment's configuration the document's security schemes describe. */
+export interface SecuritySetup {
+  /** Whether leak reports are taken (`PLAYBOOK_LEAK_REPORT_KEYS_URL`): their signature is a scheme. */
+  readonly leakReports: boolean;
+  /** Where access tokens' keys come from: a JWKS URL, or the embedded signer of `playbook token`. */
+  readonly tokenKeys: 'jwks' | 'embedded';
+}
+
+export function openapiOptions(security: SecuritySetup): SwaggerOptions {
   // Typed loosely: the vendor extensions OWASP asks for (`x-internal`) are not in the OpenAPI types.
   const options: Json = {
     openapi: {
@@ -152,16 +160,23 @@ export function openapiOptions(): SwaggerOptions {
             type: 'http',
             scheme: 'bearer',
             bearerFormat: 'JWT',
-            description:
-              'A user access token, verified as RFC8725 recommends: signed with an allow-listed asymmetric algorithm (never none or HS*), exp required and at most PLAYBOOK_JWT_MAX_TTL_S away, iss and aud checked when configured',
+            description: `A user access token, ${
+              security.tokenKeys === 'jwks'
+                ? 'signed by the identity provider whose keys this deployment reads from its JWKS URL'
+                : "signed by this deployment's own key (`playbook token` mints one)"
+            }, verified as RFC8725 recommends: signed with an allow-listed asymmetric algorithm (never none or HS*), exp required and at most PLAYBOOK_JWT_MAX_TTL_S away, iss and aud checked when configured`,
           },
-          leakReportSignature: {
-            type: 'apiKey',
-            in: 'header',
-            name: 'Github-Public-Key-Signature',
-            description:
-              'A leak report is its own credential: an ECDSA P-256 signature of the raw body (base64 DER), by the key Github-Public-Key-Identifier names among those listed at PLAYBOOK_LEAK_REPORT_KEYS_URL',
-          },
+          ...(security.leakReports
+            ? {
+                leakReportSignature: {
+                  type: 'apiKey',
+                  in: 'header',
+                  name: 'Github-Public-Key-Signature',
+                  description:
+                    'A leak report is its own credential: an ECDSA P-256 signature of the raw body (base64 DER), by the key Github-Public-Key-Identifier names among those listed at PLAYBOOK_LEAK_REPORT_KEYS_URL',
+                },
+              }
+            : {}),
         },
       },
     },
