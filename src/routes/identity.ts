@@ -257,8 +257,10 @@ function leakReportRoute(keys: ApiKeyService, options: IdentityRouteOptions): Fa
           description:
             "For GitHub's secret scanning partner program (D22): a JSON array of { token, type, url, source }, signed with ECDSA P-256 over the raw body. Github-Public-Key-Identifier names the key among those listed at PLAYBOOK_LEAK_REPORT_KEYS_URL, Github-Public-Key-Signature carries the base64 DER signature; no other credential is taken. Each reported token that is a key of this deployment is revoked on every instance within a second. The answer is the program's feedback format, one verdict per token, naming the token by its SHA-256.",
           tags: ['identity'],
-          // Without a key list no signature is checked: the operation answers 501.
-          security: options.leakSignatures ? [{ leakReportSignature: [] }] : [],
+          security: [{ leakReportSignature: [] }],
+          // A deployment without a key list takes no leak reports (the operation answers 501): its
+          // document offers neither the operation nor the signature scheme.
+          hide: options.leakSignatures === undefined,
           body: LeakReport,
           response: {
             200: { ...LeakVerdicts, description: 'One verdict per reported token, in the order reported' },
