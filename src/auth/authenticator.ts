@@ -1,6 +1,6 @@
 import type { FastifyContextConfig, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
 import { AuthenticationError, ForbiddenError } from '../foundation/errors.js';
-import { authentications } from '../observability/metrics.js';
+import type { CountedSeries, Metrics } from '../observability/metrics.js';
 import type { Scope } from '../schemas/identity.js';
 import type { Principal } from './principal.js';
 import type { AccessLimiter } from './rate-limits.js';
@@ -44,13 +44,14 @@ export function authHook(
   authenticator: Authenticator,
   limiter: AccessLimiter,
   needs: NonNullable<FastifyContextConfig['auth']>,
+  counts: AuthenticationCounts,
 ): onRequestHookHandler {
   const admit = (
     request: FastifyRequest,
     reply: FastifyReply,
     principal: Principal,
   ): void | Promise<void> => {
-    ACCEPTED[KIND_OF[principal.credential.kind]].inc();
+    counts.accepted[KIND_OF[principal.credential.kind]].inc();
     request.principal = principal;
     const counted = limiter.consume(request, reply);
     return counted instanceof Promise ? counted.then(() => checkScope(principal)) : checkScope(principal);
@@ -66,7 +67,7 @@ export function authHook(
       principal = await authenticator.authenticate(request, needs.policy);
     } catch (error) {
       if (error instanceof AuthenticationError) {
-        authentications.inc({
+        counts.metrics.authentications.inc({
           kind: credentialKind(request),
           outcome: 'refused',
           reason: error.reason,
@@ -93,11 +94,22 @@ export function authHook(
   };
 }
 
-/** The series of accepted credentials, bound once: the common case costs one increment. */
-const ACCEPTED = {
-  api_key: authentications.bind({ kind: 'api_key', outcome: 'accepted', reason: '' }),
-  access_token: authentications.bind({ kind: 'access_token', outcome: 'accepted', reason: '' }),
-};
+/** How authentications are counted (D25): accepted ones through series bound once, refusals as they come. */
+export interface AuthenticationCounts {
+  readonly metrics: Metrics;
+  readonly accepted: Record<'api_key' | 'access_token', CountedSeries<'kind' | 'outcome' | 'reason'>>;
+}
+
+/** The series of accepted credentials, bound once per app: the common case costs one increment. */
+export function authenticationCounts(metrics: Metrics): AuthenticationCounts {
+  return {
+    metrics,
+    accepted: {
+      api_key: metrics.authentications.bind({ kind: 'api_key', outcome: 'accepted', reason: '' }),
+      access_token: metrics.authentications.bind({ kind: 'access_token', outcome: 'accepted', reason: '' }),
+    },
+  };
+}
 
 const KIND_OF = { 'api-key': 'api_key', 'access-token': 'access_token' } as const;
 

@@ -4,7 +4,7 @@ import type { ContentStore } from '../content/content-store.js';
 import type { Db } from '../db/tables.js';
 import { ConflictError, PreconditionFailedError } from '../foundation/errors.js';
 import { yieldIfBusy } from '../foundation/pace.js';
-import { catalogWriteDuration, catalogWrites, secondsSince } from '../observability/metrics.js';
+import { Metrics, secondsSince } from '../observability/metrics.js';
 import type { CatalogInputs } from './catalog-input.js';
 import { type ImportOwner, loadNamespaceState, type NamespaceState } from './namespace-state.js';
 import { type ImportPlan, planImport, planIsEmpty } from './plan.js';
@@ -18,6 +18,8 @@ export interface CatalogWriteDeps {
   readonly objectStore: ContentStore;
   /** The one way writes reach the database; by default one that announces nothing (a test's). */
   readonly writes?: UnitOfWork;
+  /** Where writes are counted and timed (D25). */
+  readonly metrics?: Metrics;
 }
 
 export interface ApplyOptions {
@@ -58,6 +60,7 @@ export function applyCatalogs(
   options: ApplyOptions,
 ): Promise<Applied> {
   return countedWrite(
+    deps.metrics ?? new Metrics(),
     options.via ?? 'import',
     () => applyCatalogsOnce(deps, tree, options),
     ({ report }) => (report.dryRun ? 'dry_run' : report.changed ? 'changed' : 'unchanged'),
@@ -69,6 +72,7 @@ export function applyCatalogs(
  * that throws is `refused` when the caller has something to fix, else `failed`.
  */
 export async function countedWrite<T>(
+  metrics: Metrics,
   via: 'import' | 'publish',
   write: () => Promise<T>,
   outcomeOf: (result: T) => 'changed' | 'unchanged' | 'dry_run',
@@ -76,13 +80,13 @@ export async function countedWrite<T>(
   const started = performance.now();
   try {
     const result = await write();
-    catalogWrites.inc({ via, outcome: outcomeOf(result) });
+    metrics.catalogWrites.inc({ via, outcome: outcomeOf(result) });
     return result;
   } catch (error) {
-    catalogWrites.inc({ via, outcome: writeOutcome(error) });
+    metrics.catalogWrites.inc({ via, outcome: writeOutcome(error) });
     throw error;
   } finally {
-    catalogWriteDuration.observe({ via }, secondsSince(started));
+    metrics.catalogWriteDuration.observe({ via }, secondsSince(started));
   }
 }
 

@@ -1,7 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import type { FollowedChanges } from '../changes/change-follower.js';
 import { Answer, type ReadAnswer } from '../http/answer.js';
-import { answerCacheLookups } from '../observability/metrics.js';
+import { type CountedSeries, Metrics } from '../observability/metrics.js';
 import type { ListPositions } from './read-repository.js';
 
 /** What a lazy answer is counted as: its row and closure, not its body, which it does not hold. */
@@ -26,10 +26,6 @@ export interface AnswerCacheStats {
   readonly hits: number;
   readonly misses: number;
 }
-
-/** The lookups' series of the metrics (D25), bound once. */
-const HIT = answerCacheLookups.bind({ result: 'hit' });
-const MISS = answerCacheLookups.bind({ result: 'miss' });
 
 /**
  * Answers of the read operations, by a key that names everything that decides their bytes: the
@@ -56,8 +52,14 @@ export class AnswerCache {
   private hits = 0;
   private misses = 0;
 
+  /** The lookups' series of the metrics (D25), bound once. */
+  private readonly hit: CountedSeries<'result'>;
+  private readonly miss: CountedSeries<'result'>;
+
   /** @param maxBytes the budget; 0 keeps nothing (every read is made afresh). */
-  constructor(maxBytes: number) {
+  constructor(maxBytes: number, metrics: Metrics = new Metrics()) {
+    this.hit = metrics.answerCacheLookups.bind({ result: 'hit' });
+    this.miss = metrics.answerCacheLookups.bind({ result: 'miss' });
     this.entries =
       maxBytes > 0
         ? new LRUCache<string, Entry>({
@@ -71,10 +73,10 @@ export class AnswerCache {
     const answer = this.entries?.get(key)?.answer;
     if (answer === undefined) {
       this.misses++;
-      MISS.inc();
+      this.miss.inc();
     } else {
       this.hits++;
-      HIT.inc();
+      this.hit.inc();
     }
     return answer;
   }

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../db/tables.js';
 import type { Broadcast } from '../foundation/broadcast.js';
-import { changeLogPosition } from '../observability/metrics.js';
+import { Metrics } from '../observability/metrics.js';
 import { type Change, readChangesAfter, readHead } from './change-log.js';
 
 /** The longest an instance goes without asking the database whether the log moved. */
@@ -31,6 +31,8 @@ export interface ChangeFollowerOptions {
   readonly changes?: Broadcast;
   readonly logger?: FastifyBaseLogger;
   readonly pollMs?: number;
+  /** Where the position followed is reported (D25). */
+  readonly metrics?: Metrics;
 }
 
 /**
@@ -46,6 +48,7 @@ export interface ChangeFollowerOptions {
 export class ChangeFollower {
   private readonly listeners = new Set<(followed: FollowedChanges) => void>();
   private readonly pollMs: number;
+  private readonly metrics: Metrics;
   private position: number | undefined;
   private timer: NodeJS.Timeout | undefined;
   private unsubscribe: (() => void) | undefined;
@@ -58,6 +61,7 @@ export class ChangeFollower {
     private readonly options: ChangeFollowerOptions = {},
   ) {
     this.pollMs = options.pollMs ?? DEFAULT_POLL_MS;
+    this.metrics = options.metrics ?? new Metrics();
   }
 
   /** Calls `listener` each time the log moves; returns the way to stop. */
@@ -135,7 +139,7 @@ export class ChangeFollower {
       this.options.logger?.info('reading the change log again');
     }
     if (!followed) return;
-    changeLogPosition.set(followed.seq);
+    this.metrics.changeLogPosition.set(followed.seq);
     for (const listener of this.listeners) listener(followed);
   }
 

@@ -3,7 +3,7 @@ import { PostgresAdapter, sql } from 'kysely';
 import type { Db } from '../db/tables.js';
 import { WriteContentionError } from '../foundation/errors.js';
 import { nextTurn } from '../foundation/pace.js';
-import { changesAppended, writeTransactions } from '../observability/metrics.js';
+import { Metrics } from '../observability/metrics.js';
 import {
   appendChanges,
   type ChangeActor,
@@ -60,6 +60,8 @@ export interface UnitOfWorkOptions {
   readonly turnWaitMs?: number;
   /** How long a write waits behind this process's earlier writes before it gives up with 503. */
   readonly queueWaitMs?: number;
+  /** Where transactions and changes are counted (D25). */
+  readonly metrics?: Metrics;
 }
 
 const DEFAULT_ATTEMPTS = 6;
@@ -98,6 +100,7 @@ export class UnitOfWork {
   private readonly now: () => string;
   private readonly turnWaitMs: number;
   private readonly queueWaitMs: number;
+  private readonly metrics: Metrics;
   /** Settles once every write queued so far in this process has. */
   private last: Promise<unknown> = Promise.resolve();
 
@@ -110,6 +113,7 @@ export class UnitOfWork {
     this.now = options.now ?? (() => new Date().toISOString());
     this.turnWaitMs = options.turnWaitMs ?? DEFAULT_TURN_WAIT_MS;
     this.queueWaitMs = options.queueWaitMs ?? DEFAULT_QUEUE_WAIT_MS;
+    this.metrics = options.metrics ?? new Metrics();
   }
 
   async run<T>(
@@ -137,7 +141,7 @@ export class UnitOfWork {
     });
     try {
       if ((await Promise.race([before.then(() => 'turn' as const), late])) === 'late') {
-        writeTransactions.inc({ write, outcome: 'busy' });
+        this.metrics.writeTransactions.inc({ write, outcome: 'busy' });
         throw new WriteContentionError(
           'Earlier writes of this instance are still running; nothing was written. Retry after the time in Retry-After.',
         );
@@ -180,15 +184,15 @@ export class UnitOfWork {
           await nextTurn();
           return value;
         });
-        writeTransactions.inc({ write, outcome: 'committed' });
+        this.metrics.writeTransactions.inc({ write, outcome: 'committed' });
         return { value: result, appended };
       } catch (error) {
         if (!isWriteConflict(error)) {
-          writeTransactions.inc({ write, outcome: 'failed' });
+          this.metrics.writeTransactions.inc({ write, outcome: 'failed' });
           throw error;
         }
         if (attempt >= this.attempts) {
-          writeTransactions.inc({ write, outcome: 'busy' });
+          this.metrics.writeTransactions.inc({ write, outcome: 'busy' });
           this.options.logger?.warn(
             { write, attempts: attempt },
             'a write met concurrent writes on every attempt; answered 503',
@@ -197,7 +201,7 @@ export class UnitOfWork {
             'Other writes to the same data got in first on every attempt; nothing was written. Retry after the time in Retry-After.',
           );
         }
-        writeTransactions.inc({ write, outcome: 'conflict' });
+        this.metrics.writeTransactions.inc({ write, outcome: 'conflict' });
         onRetry?.(attempt + 1);
         // The writer that got in first needs time to finish; full jitter spreads those who retry.
         await new Promise((resolve) => setTimeout(resolve, Math.random() * this.backoffMs * 2 ** attempt));
@@ -206,7 +210,7 @@ export class UnitOfWork {
   }
 
   private async committed(appended: ReadonlyMap<ChangeType, number>): Promise<void> {
-    for (const [type, count] of appended) changesAppended.inc({ type }, count);
+    for (const [type, count] of appended) this.metrics.changesAppended.inc({ type }, count);
     try {
       await this.options.announce?.();
     } catch (error) {

@@ -2,14 +2,18 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { Services } from '../composition/services.js';
 import type { Storage } from '../composition/storage.js';
 import type { Config } from '../foundation/config.js';
+import type { Tracing } from '../observability/tracing.js';
 
 /** What every command gets: the validated configuration, services on demand, and its streams. */
 export interface CliContext {
   readonly env: Readonly<Record<string, string | undefined>>;
   config(): Config;
   logger(): FastifyBaseLogger;
-  /** Opens the whole service and, unless told not to, brings the schema up to date; the caller closes it. */
-  openServices(options?: { migrate?: boolean }): Promise<Services>;
+  /**
+   * Opens the whole service and, unless told not to, brings the schema up to date; the caller closes
+   * it. Storage calls are traced when `tracing` is given.
+   */
+  openServices(options?: { migrate?: boolean; tracing?: Tracing }): Promise<Services>;
   /** Opens storage alone (no identity, no read path), as `openServices` does. */
   openStorage(options?: { migrate?: boolean }): Promise<Storage>;
   readonly stdout: NodeJS.WritableStream;

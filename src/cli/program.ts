@@ -7,6 +7,7 @@ import { migrateToLatest } from '../db/migrate.js';
 import { type Config, ConfigError, loadConfig } from '../foundation/config.js';
 import { PROJECT_ROOT } from '../foundation/project-root.js';
 import { REDACTED_PATHS } from '../http/access-log.js';
+import { Metrics } from '../observability/metrics.js';
 import { registerAccountsCommand } from './accounts.js';
 import { type CliContext, CommandError } from './context.js';
 import { registerImportCommand } from './import.js';
@@ -102,7 +103,11 @@ export function createContext(env: NodeJS.ProcessEnv, streams: CliStreams = proc
     // Loaded when a command asks for it: a command that needs storage alone never loads the service.
     openServices: async (options = {}) => {
       const { createServices } = await import('../composition/services.js');
-      return migrated(createServices(context.config(), context.logger()), options);
+      const observation = {
+        metrics: new Metrics(),
+        ...(options.tracing ? { tracing: options.tracing } : {}),
+      };
+      return migrated(createServices(context.config(), context.logger(), { observation }), options);
     },
     openStorage: async (options = {}) => migrated(createStorage(context.config(), context.logger()), options),
   };

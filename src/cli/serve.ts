@@ -18,7 +18,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       const logger = context.logger();
       // Started before anything else opens, so that the first requests are traced too.
       const traced = await startTracing(context.env);
-      const services = await context.openServices();
+      const services = await context.openServices(traced ? { tracing: traced } : {});
       // The HTTP side is loaded by this command only: the others never need it.
       const { buildApp } = await import('../composition/app.js');
       const app = await buildApp({
@@ -37,6 +37,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         trustProxy: config.trustProxy,
         timeouts: config.timeouts,
         tokenKeys: config.jwt.jwksUrl === undefined ? 'embedded' : 'jwks',
+        metrics: services.metrics,
         ...(traced ? { tracing: traced } : {}),
         logger,
       });
@@ -80,7 +81,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       // Its own listener, never the API's port: metrics are for the operators' network (D25). Opened
       // first, so that the first requests are counted, and so that a port already taken stops the
       // start rather than leaving a service nobody can watch.
-      const metrics = config.metrics ? await startMetricsServer(config.metrics) : undefined;
+      const metrics = config.metrics ? await startMetricsServer(services.metrics, config.metrics) : undefined;
       if (metrics) app.addHook('onClose', () => metrics.close());
       const address = await app.listen({
         port: options.port ?? config.port,

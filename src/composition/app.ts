@@ -20,6 +20,7 @@ import { clientErrorHandler } from '../http/connection-close.js';
 import { handleClientError, handleError } from '../http/problem.js';
 import { lazyRequestLogger } from '../http/request-logger.js';
 import { isCheckedInSlices } from '../http/sliced-body.js';
+import { Metrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/tracing.js';
 import type { PublishService } from '../publish/publish-service.js';
 import { identityRoutes } from '../routes/identity.js';
@@ -61,6 +62,8 @@ export interface AppDependencies {
   readonly tracing?: Tracing;
   /** Where access tokens' keys come from (`PLAYBOOK_JWKS_URL`, or the embedded signer), for the docs. */
   readonly tokenKeys?: 'jwks' | 'embedded';
+  /** D25: the service's metrics, which requests are counted into; metrics of its own by default. */
+  readonly metrics?: Metrics;
 }
 
 /** D20's defaults, as the configuration has them. */
@@ -177,6 +180,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     authenticator: deps.authenticator,
     rateLimits: deps.rateLimits,
     timeouts,
+    metrics: deps.metrics ?? new Metrics(),
     ...(deps.tracing ? { tracing: deps.tracing } : {}),
   });
   await app.register(documentation, {

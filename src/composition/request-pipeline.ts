@@ -4,7 +4,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import fastifyPlugin from 'fastify-plugin';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
-import { type Authenticator, authHook } from '../auth/authenticator.js';
+import { type Authenticator, authenticationCounts, authHook } from '../auth/authenticator.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
 import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } from '../foundation/errors.js';
 import { CREDENTIAL_PARAMETERS, redactCredentials, redactUrl } from '../foundation/redact-url.js';
@@ -13,6 +13,7 @@ import { closeAfterAnswer } from '../http/connection-close.js';
 import { jsonBodyParser } from '../http/json-body.js';
 import { answerUnmetExpectation, handleError, writeRawProblem } from '../http/problem.js';
 import { queryHooks } from '../http/query.js';
+import type { Metrics } from '../observability/metrics.js';
 import { type Tracing, traceRequests } from '../observability/tracing.js';
 
 export interface RequestPipelineOptions {
@@ -20,6 +21,8 @@ export interface RequestPipelineOptions {
   readonly rateLimits: AccessLimiter;
   readonly timeouts: { readonly requestMs: number; readonly keepAliveMs: number };
   readonly tracing?: Tracing;
+  /** Where requests and authentications are counted (D25). */
+  readonly metrics: Metrics;
 }
 
 /** How many segments of an unknown path a 404 names: enough to tell which family of routes was meant. */
@@ -94,7 +97,8 @@ async function pipeline(fastify: FastifyInstance, options: RequestPipelineOption
   // First of the hooks, so that everything a request does happens inside its span.
   if (deps.tracing) await traceRequests(app, deps.tracing);
   app.decorateRequest('principal', null);
-  installAccessLog(app);
+  installAccessLog(app, options.metrics);
+  const counts = authenticationCounts(options.metrics);
   app.setErrorHandler(handleError);
   // D2: a known path asked with another method is a 405 that names the methods it takes.
   const routes = FindMyWay({ maxParamLength: 2048 });
@@ -112,7 +116,10 @@ async function pipeline(fastify: FastifyInstance, options: RequestPipelineOption
     route.config = { ...route.config, operation: route.schema?.operationId ?? route.url };
     const needs = route.config.auth;
     if (needs)
-      route.onRequest = [...hooksOf(route.onRequest), authHook(deps.authenticator, deps.rateLimits, needs)];
+      route.onRequest = [
+        ...hooksOf(route.onRequest),
+        authHook(deps.authenticator, deps.rateLimits, needs, counts),
+      ];
     const query = queryHooks(route.schema?.querystring);
     if (query) {
       route.preValidation = [...hooksOf(route.preValidation), query.preValidation];

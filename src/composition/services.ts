@@ -14,7 +14,8 @@ import { DatabaseContentStore } from '../content/database-store.js';
 import { observedStore } from '../content/observed-store.js';
 import type { Databases } from '../db/create-db.js';
 import type { Config } from '../foundation/config.js';
-import { observeAnswerCacheSize } from '../observability/metrics.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { Observation } from '../observability/observation.js';
 import { PublishService } from '../publish/publish-service.js';
 import type { ReadinessCheck } from '../routes/operations.js';
 import { createStorage, type StorageOptions } from './storage.js';
@@ -31,6 +32,10 @@ export interface Services {
   readonly follower: ChangeFollower;
   /** The one way a write reaches the database (see changes/unit-of-work.ts). */
   readonly writes: UnitOfWork;
+  /** The service's metrics (D25): what `/metrics` serves, recorded into by every part above. */
+  readonly metrics: Metrics;
+  /** The metrics and tracing together, as storage calls take them. */
+  readonly observation: Observation;
   readonly playbook: PlaybookService;
   /** D23: writes of accounts' Catalogs over HTTP, on the primary database. */
   readonly publish: PublishService;
@@ -53,6 +58,8 @@ export interface ServicesOptions {
   readonly changePollMs?: number;
   /** Runs in each write's transaction just before its commit (tests make a write fail there). */
   readonly beforeCommit?: StorageOptions['beforeCommit'];
+  /** The metrics to record into and the tracing to use (the server's); metrics of its own by default. */
+  readonly observation?: Observation;
 }
 
 /**
@@ -68,10 +75,12 @@ export function createServices(
     ...(options.identity?.now ? { now: options.identity.now } : {}),
     ...(options.changePollMs === undefined ? {} : { changePollMs: options.changePollMs }),
     ...(options.beforeCommit ? { beforeCommit: options.beforeCommit } : {}),
+    ...(options.observation ? { observation: options.observation } : {}),
   });
-  const { databases, objectStore, redis, follower, writes } = storage;
+  const { databases, objectStore, redis, follower, writes, observation } = storage;
+  const { metrics } = observation;
   const content = new ContentReader(
-    [observedStore(new DatabaseContentStore(databases.reader)), objectStore],
+    [observedStore(new DatabaseContentStore(databases.reader), observation), objectStore],
     {
       onIntegrityError: (details) =>
         logger.error(details, 'stored content does not match its hash; not served'),
@@ -93,9 +102,9 @@ export function createServices(
   }
   // Redis is optional: while it is down the service still serves and says so, hence an optional check.
   if (redis) readiness.push({ name: 'redis', optional: true, check: () => redis.check() });
-  const answers = new AnswerCache(config.answerCacheBytes);
+  const answers = new AnswerCache(config.answerCacheBytes, metrics);
   follower.onChange((followed) => answers.follow(followed));
-  const unobserve = observeAnswerCacheSize(() => answers.stats.bytes);
+  const unobserve = metrics.observeAnswerCacheSize(() => answers.stats.bytes);
   const playbook = new PlaybookService(databases.reader, content, answers);
   const audit = new AuditLog(databases.primary);
   const identity = createIdentity(config, databases.primary, logger, {
@@ -106,7 +115,7 @@ export function createServices(
     ...(redis ? { revocations: redis.revocations, rateCounter: redis.rateCounter } : {}),
   });
   const publish = new PublishService(
-    { db: databases.primary, objectStore, writes },
+    { db: databases.primary, objectStore, writes, metrics },
     { maxContentBytes: config.maxContentBytes },
   );
   return {
@@ -117,6 +126,8 @@ export function createServices(
     answers,
     follower,
     writes,
+    metrics,
+    observation,
     playbook,
     publish,
     readiness,

@@ -7,6 +7,7 @@ import { observedStore } from '../content/observed-store.js';
 import { S3ContentStore } from '../content/s3-store.js';
 import { createDatabases, type Databases } from '../db/create-db.js';
 import type { Config } from '../foundation/config.js';
+import { type Observation, unobserved } from '../observability/observation.js';
 import { connectRedisSharedState, type RedisSharedState } from '../redis/redis-shared-state.js';
 
 /**
@@ -25,6 +26,8 @@ export interface Storage {
   readonly follower: ChangeFollower;
   /** The one way a write reaches the database (see changes/unit-of-work.ts). */
   readonly writes: UnitOfWork;
+  /** The service's metrics and tracing, handed to every part that records (D25). */
+  readonly observation: Observation;
   close(): Promise<void>;
 }
 
@@ -35,6 +38,8 @@ export interface StorageOptions {
   readonly changePollMs?: number;
   /** Runs in each write's transaction just before its commit (tests make a write fail there). */
   readonly beforeCommit?: UnitOfWorkOptions['beforeCommit'];
+  /** The metrics to record into and the tracing to use; metrics of its own by default. */
+  readonly observation?: Observation;
 }
 
 export function createObjectStore(config: Config): ContentStore & { close?(): void } {
@@ -54,21 +59,29 @@ export function createStorage(
   logger: FastifyBaseLogger,
   options: StorageOptions = {},
 ): Storage {
-  const databases = createDatabases(config.database);
-  const objectStore = observedStore(createObjectStore(config));
+  // The one set of metrics of this process's service, and its tracing when on (D25).
+  const observation = options.observation ?? unobserved();
+  const { metrics } = observation;
+  const databases = createDatabases(config.database, undefined, observation);
+  const objectStore = observedStore(createObjectStore(config), observation);
   // Several instances share rate limits, revocations and data changes through Redis (D8, D10).
   const redis =
     config.redisUrl === undefined
       ? undefined
-      : connectRedisSharedState(config.redisUrl, logger, options.now ? { now: options.now } : {});
+      : connectRedisSharedState(config.redisUrl, logger, {
+          metrics,
+          ...(options.now ? { now: options.now } : {}),
+        });
   // Read from the database reads go to: a change seen there comes with the data it stands for.
   const follower = new ChangeFollower(databases.reader, {
     logger,
+    metrics,
     ...(redis ? { changes: redis.dataChanges } : {}),
     ...(options.changePollMs === undefined ? {} : { pollMs: options.changePollMs }),
   });
   const writes = new UnitOfWork(databases.primary, {
     logger,
+    metrics,
     announce: () => follower.announce(),
     ...(options.beforeCommit ? { beforeCommit: options.beforeCommit } : {}),
   });
@@ -79,6 +92,7 @@ export function createStorage(
     redis,
     follower,
     writes,
+    observation,
     close: async () => {
       follower.stop();
       await redis?.close();

@@ -1,5 +1,5 @@
-import { contentStoreDuration, secondsSince } from '../observability/metrics.js';
-import { tracing } from '../observability/tracing.js';
+import { secondsSince } from '../observability/metrics.js';
+import type { Observation } from '../observability/observation.js';
 import { ContentNotFoundError, type ContentStore } from './content-store.js';
 
 type Operation = 'get' | 'put' | 'delete' | 'check';
@@ -10,9 +10,10 @@ type Operation = 'get' | 'put' | 'delete' | 'check';
  */
 export function observedStore<S extends ContentStore & { close?(): void }>(
   store: S,
+  observation: Observation,
 ): ContentStore & { close?(): void } {
+  const { metrics, tracing: traced } = observation;
   const timed = <T>(operation: Operation, call: () => Promise<T>): Promise<T> => {
-    const traced = tracing();
     return traced
       ? traced.span(`contentStore.${operation}`, { 'playbook.content_store': store.backend }, () =>
           measured(operation, call),
@@ -30,7 +31,10 @@ export function observedStore<S extends ContentStore & { close?(): void }>(
       if (error instanceof ContentNotFoundError) outcome = 'not_found';
       throw error;
     } finally {
-      contentStoreDuration.observe({ backend: store.backend, operation, outcome }, secondsSince(started));
+      metrics.contentStoreDuration.observe(
+        { backend: store.backend, operation, outcome },
+        secondsSince(started),
+      );
     }
   };
   return {

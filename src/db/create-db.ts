@@ -13,8 +13,7 @@ import { LRUCache } from 'lru-cache';
 import type { Pool } from 'pg';
 import type { DatabaseConfig } from '../foundation/config.js';
 import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../foundation/private-files.js';
-import { databaseDuration, observePool } from '../observability/metrics.js';
-import { tracing } from '../observability/tracing.js';
+import { type Observation, unobserved } from '../observability/observation.js';
 import { translatingPool } from './postgres-errors.js';
 import { SqliteCheckpointer } from './sqlite-checkpointer.js';
 import type { Database, Db, Dialect } from './tables.js';
@@ -30,7 +29,8 @@ export interface Databases {
 
 function openSqlite(
   file: string,
-  role: 'primary' | 'reader' = 'primary',
+  role: 'primary' | 'reader',
+  observation: Observation,
 ): { db: Db; connection: SqliteDatabase.Database } {
   if (file !== ':memory:') {
     fs.mkdirSync(path.dirname(file), { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
@@ -47,20 +47,21 @@ function openSqlite(
   if (role === 'primary' && file !== ':memory:') connection.pragma('wal_autocheckpoint = 0');
   const db = new Kysely<Database>({
     dialect: new SqliteDialect({ database: withStatementCache(connection) }),
-    log: timed(role),
+    log: timed(role, observation),
   });
   return { db, connection };
 }
 
 /** Every statement's time into `playbook_database_query_duration_seconds` (D25). */
-function timed(database: 'primary' | 'reader'): (event: LogEvent) => void {
+function timed(database: 'primary' | 'reader', observation: Observation): (event: LogEvent) => void {
+  const { metrics, tracing } = observation;
   const ok = { database, outcome: 'ok' } as const;
   const error = { database, outcome: 'error' } as const;
   const attributes = { 'playbook.database': database };
   return (event) => {
     const succeeded = event.level === 'query';
-    databaseDuration.observe(succeeded ? ok : error, event.queryDurationMillis / 1000);
-    tracing()?.record('db.query', attributes, event.queryDurationMillis, succeeded);
+    metrics.databaseDuration.observe(succeeded ? ok : error, event.queryDurationMillis / 1000);
+    tracing?.record('db.query', attributes, event.queryDurationMillis, succeeded);
   };
 }
 
@@ -127,14 +128,24 @@ export const DEFAULT_POSTGRES_LIMITS: PostgresLimits = {
  * A PostgreSQL database whose pool opens on the first query: `pg` is loaded only by deployments that
  * use it (the embedded default never does).
  */
-function openPostgres(url: string, role: 'primary' | 'reader', limits: PostgresLimits): Db {
+function openPostgres(
+  url: string,
+  role: 'primary' | 'reader',
+  limits: PostgresLimits,
+  observation: Observation,
+): Db {
   return new Kysely<Database>({
-    dialect: new PostgresDialect({ pool: () => postgresPool(url, role, limits) }),
-    log: timed(role),
+    dialect: new PostgresDialect({ pool: () => postgresPool(url, role, limits, observation) }),
+    log: timed(role, observation),
   });
 }
 
-async function postgresPool(url: string, role: 'primary' | 'reader', limits: PostgresLimits): Promise<Pool> {
+async function postgresPool(
+  url: string,
+  role: 'primary' | 'reader',
+  limits: PostgresLimits,
+  observation: Observation,
+): Promise<Pool> {
   const { default: pg } = await import('pg');
   const pool = new pg.Pool({
     connectionString: url,
@@ -157,7 +168,7 @@ async function postgresPool(url: string, role: 'primary' | 'reader', limits: Pos
   pool.on('connect', (client) => {
     client.on('error', () => {});
   });
-  observePool(role, pool);
+  observation.metrics.observePool(role, pool);
   return translatingPool(pool);
 }
 
@@ -165,15 +176,17 @@ async function postgresPool(url: string, role: 'primary' | 'reader', limits: Pos
 export function createDatabases(
   config: DatabaseConfig,
   limits: PostgresLimits = DEFAULT_POSTGRES_LIMITS,
+  /** Where statements are timed and traced; metrics of their own, which nobody reads, by default. */
+  observation: Observation = unobserved(),
 ): Databases {
   if (config.kind === 'sqlite') {
-    const { db: primary, connection } = openSqlite(config.path);
+    const { db: primary, connection } = openSqlite(config.path, 'primary', observation);
     // A connection of its own for reads: SQLite's driver runs one statement at a time per connection,
     // so reads on the writer's connection would wait out a long write transaction (a publish of
     // 100,000 Resources is seconds of it, D20). In WAL mode a reader sees every committed write and
     // is never blocked by the writer. An in-memory database is one connection's alone.
     const inMemory = config.path === ':memory:';
-    const reader = inMemory ? primary : openSqlite(config.path, 'reader').db;
+    const reader = inMemory ? primary : openSqlite(config.path, 'reader', observation).db;
     const checkpointer = inMemory
       ? undefined
       : new SqliteCheckpointer(config.path, sqliteDriverName(), (why) => {
@@ -192,8 +205,8 @@ export function createDatabases(
       },
     };
   }
-  const primary = openPostgres(config.url, 'primary', limits);
-  const reader = config.readUrl ? openPostgres(config.readUrl, 'reader', limits) : primary;
+  const primary = openPostgres(config.url, 'primary', limits, observation);
+  const reader = config.readUrl ? openPostgres(config.readUrl, 'reader', limits, observation) : primary;
   return {
     primary,
     reader,

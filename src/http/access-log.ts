@@ -1,13 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import pino from 'pino';
 import { redactCredentials, redactUrl } from '../foundation/redact-url.js';
-import {
-  type CountedSeries,
-  httpDuration,
-  httpRequests,
-  type ObservedSeries,
-  rateLimitRefusals,
-} from '../observability/metrics.js';
+import type { CountedSeries, Metrics, ObservedSeries } from '../observability/metrics.js';
 import type { ProblemCode } from '../schemas/common.js';
 
 declare module 'fastify' {
@@ -68,9 +62,13 @@ function redactedTexts(value: unknown, depth: number): unknown {
  * request-logger.ts). So a route's own `logLevel` or `logSerializers` would not apply to this line;
  * no route sets them.
  */
-export function logAccess(request: FastifyRequest, reply: FastifyReply): void {
+export function logAccess(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  observe: (request: FastifyRequest, reply: FastifyReply, operation: string | undefined) => void,
+): void {
   const length = reply.getHeader('content-length');
-  // Set on every route when it is added (app.ts); absent on a request no route took.
+  // Set on every route when it is added (request-pipeline.ts); absent on a request no route took.
   const operation = request.routeOptions.config.operation;
   observe(request, reply, operation);
   // Only the fields that apply: pino looks at every key it is given.
@@ -106,30 +104,36 @@ interface BoundSeries {
   readonly count: CountedSeries<string>;
   readonly duration: ObservedSeries<string>;
 }
-const bound = new Map<string, BoundSeries>();
 
 /** The request's metrics (D25): labels from fixed sets only (an unrouted path is `unmatched`). */
-function observe(request: FastifyRequest, reply: FastifyReply, operation: string | undefined): void {
-  const method = METHODS.has(request.method) ? request.method : 'other';
-  const key = `${operation ?? 'unmatched'} ${method} ${reply.statusCode}`;
-  let series = bound.get(key);
-  if (!series) {
-    const labels = { operation: operation ?? 'unmatched', method, status: String(reply.statusCode) };
-    series = { count: httpRequests.bind(labels), duration: httpDuration.bind(labels) };
-    bound.set(key, series);
-  }
-  series.count.inc();
-  series.duration.observe(reply.elapsedTime / 1000);
-  if (reply.statusCode === 429 && request.refusal?.code === 'rate_limited') {
-    rateLimitRefusals.inc({ limit: request.principal ? 'credential' : 'auth_failures' });
-  }
+function requestMetrics(metrics: Metrics) {
+  const bound = new Map<string, BoundSeries>();
+  return (request: FastifyRequest, reply: FastifyReply, operation: string | undefined): void => {
+    const method = METHODS.has(request.method) ? request.method : 'other';
+    const key = `${operation ?? 'unmatched'} ${method} ${reply.statusCode}`;
+    let series = bound.get(key);
+    if (!series) {
+      const labels = { operation: operation ?? 'unmatched', method, status: String(reply.statusCode) };
+      series = { count: metrics.httpRequests.bind(labels), duration: metrics.httpDuration.bind(labels) };
+      bound.set(key, series);
+    }
+    series.count.inc();
+    series.duration.observe(reply.elapsedTime / 1000);
+    if (reply.statusCode === 429 && request.refusal?.code === 'rate_limited') {
+      metrics.rateLimitRefusals.inc({ limit: request.principal ? 'credential' : 'auth_failures' });
+    }
+  };
 }
 
-/** Installs the access line on `app`; requests then carry a `refusal` for the problem handler to fill. */
-export function installAccessLog(app: FastifyInstance): void {
+/**
+ * Installs the access line and the request metrics on `app`; requests then carry a `refusal` for the
+ * problem handler to fill.
+ */
+export function installAccessLog(app: FastifyInstance, metrics: Metrics): void {
+  const observe = requestMetrics(metrics);
   app.decorateRequest('refusal', null);
   app.addHook('onResponse', (request, reply, done) => {
-    logAccess(request, reply);
+    logAccess(request, reply, observe);
     done();
   });
 }

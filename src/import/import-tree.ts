@@ -2,7 +2,7 @@ import { applyCatalogs, type CatalogWriteDeps } from '../catalog-writes/apply.js
 import type { ImportOwner } from '../catalog-writes/namespace-state.js';
 import { ImportValidationError } from '../catalog-writes/refusals.js';
 import type { ImportReport } from '../catalog-writes/report.js';
-import { catalogWrites } from '../observability/metrics.js';
+import { Metrics } from '../observability/metrics.js';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import { readImportTree } from './read-tree.js';
 
@@ -58,7 +58,7 @@ export async function importTree(deps: ImportDeps, options: ImportOptions): Prom
   });
   if (!reading.ok) problems.push(...reading.problems);
   if (problems.length > 0 || !reading.ok) {
-    catalogWrites.inc({ via: 'import', outcome: 'refused' });
+    (deps.metrics ?? new Metrics()).catalogWrites.inc({ via: 'import', outcome: 'refused' });
     throw new ImportValidationError(problems);
   }
 

@@ -26,14 +26,9 @@ import {
  * call, which under load cost several per cent of a read answered from memory. The rest (storage
  * calls, refusals, writes) is rarer than a request and records through prom-client as it is.
  */
-export const registry = new Registry();
-
-/** Whether metrics are recorded: from the moment their listener starts. */
-let recording = false;
-
-/** Whether metrics are being recorded (the metrics listener is open). */
-export function recordingMetrics(): boolean {
-  return recording;
+/** Whether a set of metrics is being recorded: from the moment its listener starts. */
+export interface Recording {
+  on: boolean;
 }
 
 /**
@@ -49,10 +44,13 @@ function checkLabels(labelNames: readonly string[], labels: object): void {
 /** One series of a `BoundCounter`: counts in a number, handed to prom-client when it collects. */
 export class CountedSeries<T extends string> {
   pending = 0;
-  constructor(readonly labels: LabelValues<T>) {}
+  constructor(
+    readonly labels: LabelValues<T>,
+    private readonly recording: Recording,
+  ) {}
 
   inc(): void {
-    if (recording) this.pending++;
+    if (this.recording.on) this.pending++;
   }
 }
 
@@ -64,7 +62,10 @@ export class BoundCounter<T extends string> extends Counter<T> {
   private readonly series: CountedSeries<T>[] = [];
   private readonly labelNames: readonly string[];
 
-  constructor(configuration: Omit<CounterConfiguration<T>, 'collect'>) {
+  constructor(
+    configuration: Omit<CounterConfiguration<T>, 'collect'>,
+    private readonly recording: Recording,
+  ) {
     super({
       ...configuration,
       collect() {
@@ -76,7 +77,7 @@ export class BoundCounter<T extends string> extends Counter<T> {
 
   bind(labels: LabelValues<T>): CountedSeries<T> {
     checkLabels(this.labelNames, labels);
-    const series = new CountedSeries(labels);
+    const series = new CountedSeries(labels, this.recording);
     this.series.push(series);
     return series;
   }
@@ -119,12 +120,13 @@ export class ObservedSeries<T extends string> {
   constructor(
     readonly labels: LabelValues<T>,
     private readonly upperBounds: readonly number[],
+    private readonly recording: Recording,
   ) {
     this.counts = new Array<number>(upperBounds.length).fill(0);
   }
 
   observe(value: number): void {
-    if (!recording) return;
+    if (!this.recording.on) return;
     this.sum += value;
     this.count++;
     const bounds = this.upperBounds;
@@ -148,7 +150,10 @@ export class BoundHistogram<T extends string> extends Histogram<T> {
   private readonly metricName: string;
   private readonly labelNames: readonly string[];
 
-  constructor(configuration: HistogramConfiguration<T> & { buckets: readonly number[] }) {
+  constructor(
+    configuration: HistogramConfiguration<T> & { buckets: readonly number[] },
+    private readonly recording: Recording,
+  ) {
     super({ ...configuration, buckets: [...configuration.buckets] });
     this.bounds = [...configuration.buckets].sort((a, b) => a - b);
     this.metricName = configuration.name;
@@ -157,7 +162,7 @@ export class BoundHistogram<T extends string> extends Histogram<T> {
 
   bind(labels: LabelValues<T>): ObservedSeries<T> {
     checkLabels(this.labelNames, labels);
-    const series = new ObservedSeries(labels, this.bounds);
+    const series = new ObservedSeries(labels, this.bounds, this.recording);
     this.series.push(series);
     return series;
   }
@@ -216,171 +221,211 @@ const LATENCY_BUCKETS = [
   0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 ];
 
-export const httpRequests = new BoundCounter({
-  name: 'playbook_http_requests_total',
-  help: 'HTTP requests answered, by operation id, method and status',
-  labelNames: ['operation', 'method', 'status'] as const,
-  registers: [registry],
-});
+type PoolState = { totalCount: number; idleCount: number; waitingCount: number };
 
-export const httpDuration = new BoundHistogram({
-  name: 'playbook_http_request_duration_seconds',
-  help: 'Time from the request to the end of its answer, by operation id, method and status',
-  labelNames: ['operation', 'method', 'status'] as const,
-  buckets: LATENCY_BUCKETS,
-  registers: [registry],
-});
+/**
+ * The service's metrics: one registry and its series, made once by the composition root
+ * (`createStorage`) and handed to every part that records. A part made without them (a test's) records
+ * into metrics of its own, which nobody reads.
+ */
+export class Metrics {
+  readonly registry = new Registry();
+  /** Off until the metrics listener starts (`startMetricsServer`): bound series cost nothing before. */
+  readonly recording: Recording = { on: false };
+  /** Whether the process metrics (CPU, memory, event-loop delay) are collected into this registry. */
+  processMetrics = false;
 
-export const authentications = new BoundCounter({
-  name: 'playbook_authentications_total',
-  help: 'Credentials checked, by kind (api_key, access_token, none), outcome and reason of a refusal',
-  labelNames: ['kind', 'outcome', 'reason'] as const,
-  registers: [registry],
-});
+  readonly httpRequests: BoundCounter<'operation' | 'method' | 'status'>;
+  readonly httpDuration: BoundHistogram<'operation' | 'method' | 'status'>;
+  readonly authentications: BoundCounter<'kind' | 'outcome' | 'reason'>;
+  readonly rateLimitRefusals: Counter<'limit'>;
+  readonly answerCacheLookups: BoundCounter<'result'>;
+  readonly contentStoreDuration: Histogram<'backend' | 'operation' | 'outcome'>;
+  readonly databaseDuration: Histogram<'database' | 'outcome'>;
+  readonly catalogWrites: Counter<'via' | 'outcome'>;
+  readonly catalogWriteDuration: Histogram<'via'>;
+  readonly writeTransactions: Counter<'write' | 'outcome'>;
+  readonly changesAppended: Counter<'type'>;
+  readonly changeLogPosition: Gauge;
 
-export const rateLimitRefusals = new Counter({
-  name: 'playbook_rate_limit_refusals_total',
-  help: 'Requests refused with 429, by limit: per credential, or failed authentications per address',
-  labelNames: ['limit'] as const,
-  registers: [registry],
-});
+  /** Caches whose size a gauge reports, registered as they are made. */
+  private readonly cacheSizes = new Set<() => number>();
+  /** Connection pools whose use the gauges report: PostgreSQL's, by role. */
+  private readonly pools = new Map<string, PoolState>();
+  /** The Redis connection a gauge reports on. */
+  private redisStatus: (() => boolean) | undefined;
 
-export const answerCacheLookups = new BoundCounter({
-  name: 'playbook_answer_cache_lookups_total',
-  help: 'Lookups of read answers kept in memory, by result (hit or miss)',
-  labelNames: ['result'] as const,
-  registers: [registry],
-});
+  constructor() {
+    const registers = [this.registry];
+    const recording = this.recording;
+    this.httpRequests = new BoundCounter(
+      {
+        name: 'playbook_http_requests_total',
+        help: 'HTTP requests answered, by operation id, method and status',
+        labelNames: ['operation', 'method', 'status'] as const,
+        registers,
+      },
+      recording,
+    );
+    this.httpDuration = new BoundHistogram(
+      {
+        name: 'playbook_http_request_duration_seconds',
+        help: 'Time from the request to the end of its answer, by operation id, method and status',
+        labelNames: ['operation', 'method', 'status'] as const,
+        buckets: LATENCY_BUCKETS,
+        registers,
+      },
+      recording,
+    );
+    this.authentications = new BoundCounter(
+      {
+        name: 'playbook_authentications_total',
+        help: 'Credentials checked, by kind (api_key, access_token, none), outcome and reason of a refusal',
+        labelNames: ['kind', 'outcome', 'reason'] as const,
+        registers,
+      },
+      recording,
+    );
+    this.rateLimitRefusals = new Counter({
+      name: 'playbook_rate_limit_refusals_total',
+      help: 'Requests refused with 429, by limit: per credential, or failed authentications per address',
+      labelNames: ['limit'] as const,
+      registers,
+    });
+    this.answerCacheLookups = new BoundCounter(
+      {
+        name: 'playbook_answer_cache_lookups_total',
+        help: 'Lookups of read answers kept in memory, by result (hit or miss)',
+        labelNames: ['result'] as const,
+        registers,
+      },
+      recording,
+    );
+    const cacheSizes = this.cacheSizes;
+    new Gauge({
+      name: 'playbook_answer_cache_bytes',
+      help: 'Bytes of read answers kept in memory, compressed forms included',
+      registers,
+      collect() {
+        let total = 0;
+        for (const size of cacheSizes) total += size();
+        this.set(total);
+      },
+    });
+    this.contentStoreDuration = new Histogram({
+      name: 'playbook_content_store_duration_seconds',
+      help: 'Calls to the content stores, by backend, operation and outcome',
+      labelNames: ['backend', 'operation', 'outcome'] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.databaseDuration = new Histogram({
+      name: 'playbook_database_query_duration_seconds',
+      help: 'Database statements, by database (primary, reader) and outcome',
+      labelNames: ['database', 'outcome'] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    const pools = this.pools;
+    new Gauge({
+      name: 'playbook_database_pool_connections_in_use',
+      help: 'PostgreSQL connections lent out, by database',
+      labelNames: ['database'] as const,
+      registers,
+      collect() {
+        for (const [role, pool] of pools) this.set({ database: role }, pool.totalCount - pool.idleCount);
+      },
+    });
+    new Gauge({
+      name: 'playbook_database_pool_waiting_requests',
+      help: 'Queries waiting for a PostgreSQL connection, by database',
+      labelNames: ['database'] as const,
+      registers,
+      collect() {
+        for (const [role, pool] of pools) this.set({ database: role }, pool.waitingCount);
+      },
+    });
+    const redisStatus = () => this.redisStatus;
+    new Gauge({
+      name: 'playbook_redis_connected',
+      help: '1 while the shared Redis connection is ready, 0 while it is not; absent without Redis',
+      registers,
+      collect() {
+        const connected = redisStatus();
+        if (connected) this.set(connected() ? 1 : 0);
+      },
+    });
+    this.catalogWrites = new Counter({
+      name: 'playbook_catalog_writes_total',
+      help: 'Imports and publications, by way in (import, publish) and outcome (changed, unchanged, refused, failed)',
+      labelNames: ['via', 'outcome'] as const,
+      registers,
+    });
+    this.catalogWriteDuration = new Histogram({
+      name: 'playbook_catalog_write_duration_seconds',
+      help: 'Time to validate, plan and apply an import or a publication, by way in',
+      labelNames: ['via'] as const,
+      buckets: [0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300],
+      registers,
+    });
+    this.writeTransactions = new Counter({
+      name: 'playbook_write_transactions_total',
+      help: 'Transactions of the unit of work every write passes through, by write and outcome (committed, conflict: tried again, busy: given up with 503, failed)',
+      labelNames: ['write', 'outcome'] as const,
+      registers,
+    });
+    this.changesAppended = new Counter({
+      name: 'playbook_changes_appended_total',
+      help: 'Changes appended to the change log by writes of this instance, by type',
+      labelNames: ['type'] as const,
+      registers,
+    });
+    this.changeLogPosition = new Gauge({
+      name: 'playbook_change_log_seq',
+      help: 'The last change of the log this instance has followed (its answers in memory reflect it)',
+      registers,
+    });
+  }
 
-/** Caches whose size the gauge below reports, registered as they are made. */
-const cacheSizes = new Set<() => number>();
-export function observeAnswerCacheSize(size: () => number): () => void {
-  cacheSizes.add(size);
-  return () => cacheSizes.delete(size);
+  /** Reports the size of a cache of answers; returns the way to stop. */
+  observeAnswerCacheSize(size: () => number): () => void {
+    this.cacheSizes.add(size);
+    return () => this.cacheSizes.delete(size);
+  }
+
+  /** Reports the use of a PostgreSQL pool, by its role (primary, reader). */
+  observePool(role: string, pool: PoolState): void {
+    this.pools.set(role, pool);
+  }
+
+  /** Reports whether the shared Redis connection is ready. */
+  observeRedis(connected: () => boolean): void {
+    this.redisStatus = connected;
+  }
 }
-new Gauge({
-  name: 'playbook_answer_cache_bytes',
-  help: 'Bytes of read answers kept in memory, compressed forms included',
-  registers: [registry],
-  collect() {
-    let total = 0;
-    for (const size of cacheSizes) total += size();
-    this.set(total);
-  },
-});
-
-export const contentStoreDuration = new Histogram({
-  name: 'playbook_content_store_duration_seconds',
-  help: 'Calls to the content stores, by backend, operation and outcome',
-  labelNames: ['backend', 'operation', 'outcome'] as const,
-  buckets: LATENCY_BUCKETS,
-  registers: [registry],
-});
-
-export const databaseDuration = new Histogram({
-  name: 'playbook_database_query_duration_seconds',
-  help: 'Database statements, by database (primary, reader) and outcome',
-  labelNames: ['database', 'outcome'] as const,
-  buckets: LATENCY_BUCKETS,
-  registers: [registry],
-});
-
-/** Connection pools whose use the gauges below report: PostgreSQL's, by role. */
-const pools = new Map<string, { totalCount: number; idleCount: number; waitingCount: number }>();
-export function observePool(
-  role: string,
-  pool: { totalCount: number; idleCount: number; waitingCount: number },
-) {
-  pools.set(role, pool);
-}
-new Gauge({
-  name: 'playbook_database_pool_connections_in_use',
-  help: 'PostgreSQL connections lent out, by database',
-  labelNames: ['database'] as const,
-  registers: [registry],
-  collect() {
-    for (const [role, pool] of pools) this.set({ database: role }, pool.totalCount - pool.idleCount);
-  },
-});
-new Gauge({
-  name: 'playbook_database_pool_waiting_requests',
-  help: 'Queries waiting for a PostgreSQL connection, by database',
-  labelNames: ['database'] as const,
-  registers: [registry],
-  collect() {
-    for (const [role, pool] of pools) this.set({ database: role }, pool.waitingCount);
-  },
-});
-
-let redisStatus: (() => boolean) | undefined;
-/** The Redis connection the gauge below reports on. */
-export function observeRedis(connected: () => boolean): void {
-  redisStatus = connected;
-}
-new Gauge({
-  name: 'playbook_redis_connected',
-  help: '1 while the shared Redis connection is ready, 0 while it is not; absent without Redis',
-  registers: [registry],
-  collect() {
-    if (redisStatus) this.set(redisStatus() ? 1 : 0);
-  },
-});
-
-export const catalogWrites = new Counter({
-  name: 'playbook_catalog_writes_total',
-  help: 'Imports and publications, by way in (import, publish) and outcome (changed, unchanged, refused, failed)',
-  labelNames: ['via', 'outcome'] as const,
-  registers: [registry],
-});
-
-export const catalogWriteDuration = new Histogram({
-  name: 'playbook_catalog_write_duration_seconds',
-  help: 'Time to validate, plan and apply an import or a publication, by way in',
-  labelNames: ['via'] as const,
-  buckets: [0.001, 0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300],
-  registers: [registry],
-});
-
-export const writeTransactions = new Counter({
-  name: 'playbook_write_transactions_total',
-  help: 'Transactions of the unit of work every write passes through, by write and outcome (committed, conflict: tried again, busy: given up with 503, failed)',
-  labelNames: ['write', 'outcome'] as const,
-  registers: [registry],
-});
-
-export const changesAppended = new Counter({
-  name: 'playbook_changes_appended_total',
-  help: 'Changes appended to the change log by writes of this instance, by type',
-  labelNames: ['type'] as const,
-  registers: [registry],
-});
-
-export const changeLogPosition = new Gauge({
-  name: 'playbook_change_log_seq',
-  help: 'The last change of the log this instance has followed (its answers in memory reflect it)',
-  registers: [registry],
-});
 
 /** Seconds since `started` (a `performance.now()` reading). */
 export function secondsSince(started: number): number {
   return (performance.now() - started) / 1000;
 }
 
-let defaultsCollected = false;
-
 /**
  * Serves `GET /metrics` in the Prometheus text format on a listener of its own, never on the API's
  * port. Also starts the process metrics (CPU, memory, event-loop delay), which only cost something
  * once someone reads them.
  */
-export async function startMetricsServer(options: { port: number; host: string }): Promise<{
+export async function startMetricsServer(
+  metrics: Metrics,
+  options: { port: number; host: string },
+): Promise<{
   address: string;
   close(): Promise<void>;
 }> {
-  recording = true;
-  if (!defaultsCollected) {
+  const { registry } = metrics;
+  metrics.recording.on = true;
+  if (!metrics.processMetrics) {
     collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 10 });
-    defaultsCollected = true;
+    metrics.processMetrics = true;
   }
   const server = http.createServer((request, response) => {
     const path = (request.url ?? '').split('?')[0];

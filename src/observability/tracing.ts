@@ -21,13 +21,6 @@ export interface Tracing {
   close(): Promise<void>;
 }
 
-let active: Tracing | undefined;
-
-/** The process's tracing, when it is on. */
-export function tracing(): Tracing | undefined {
-  return active;
-}
-
 /** Starts tracing when the environment asks for it; returns it, or undefined when it stays off. */
 export async function startTracing(
   env: Readonly<Record<string, string | undefined>>,
@@ -66,12 +59,8 @@ export async function startTracing(
       span.end(end);
     },
     flush: () => provider.forceFlush(),
-    close: async () => {
-      active = undefined;
-      await provider.shutdown();
-    },
+    close: () => provider.shutdown(),
   };
-  active = started;
   return started;
 }
 

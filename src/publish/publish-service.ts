@@ -43,6 +43,7 @@ import { byText } from '../foundation/text-order.js';
 import { holdsAtMost } from '../foundation/value-size.js';
 import { createOnly, matchHolds, noneMatchNames } from '../http/conditional.js';
 import { tooLarge } from '../import/content-file.js';
+import { Metrics } from '../observability/metrics.js';
 import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
 import type { Catalog } from '../schemas/playbook.js';
 import type {
@@ -163,12 +164,14 @@ export async function catalogEtag(state: CatalogState): Promise<string> {
  */
 export class PublishService {
   private readonly now: () => string;
+  private readonly metrics: Metrics;
 
   constructor(
     private readonly deps: CatalogWriteDeps & { readonly writes: UnitOfWork },
     private readonly options: PublishOptions,
   ) {
     this.now = options.now ?? (() => new Date().toISOString());
+    this.metrics = deps.metrics ?? new Metrics();
   }
 
   /** `PUT /v3/playbook/catalogs/org/{catalogSlug}`: the whole Catalog, declaratively. */
@@ -299,6 +302,7 @@ export class PublishService {
    */
   publishVersion(context: WriteContext, catalogSlug: string, label: string): Promise<WriteAnswer<Catalog>> {
     return countedWrite(
+      this.metrics,
       'publish',
       () => this.publishVersionOnce(context, catalogSlug, label),
       (answer) => (answer.status === 201 ? 'changed' : 'unchanged'),
@@ -401,6 +405,7 @@ export class PublishService {
     resourceSlug: string | undefined,
   ): Promise<void> {
     await countedWrite(
+      this.metrics,
       'publish',
       () => this.archiveOnce(context, catalogSlug, resourceSlug),
       (changed) => (changed ? 'changed' : 'unchanged'),

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { MemoryRateCounter, type RateCounter } from '../auth/rate-limits.js';
 import type { Broadcast } from '../foundation/broadcast.js';
-import { observeRedis } from '../observability/metrics.js';
+import type { Metrics } from '../observability/metrics.js';
 import { RedisBroadcast } from './redis-broadcast.js';
 import { closeRedis, createRedisClient, RedisHealth } from './redis-connection.js';
 import { FallbackRateCounter, RedisRateCounter } from './redis-rate-counter.js';
@@ -26,6 +26,8 @@ export interface RedisSharedStateOptions {
   /** The clock of the per-instance fallback counter (the identity's clock). */
   readonly now?: () => number;
   readonly commandTimeoutMs?: number;
+  /** Where the connection's state is reported (D25). */
+  readonly metrics?: Metrics;
 }
 
 /** Key ids are short and alphanumeric (D8). */
@@ -61,7 +63,7 @@ export function connectRedisSharedState(
     whileUp: 'rate limits are counted once for all instances',
   });
   health.watch(redis);
-  observeRedis(() => redis.status === 'ready');
+  options.metrics?.observeRedis(() => redis.status === 'ready');
   const rateCounter = new FallbackRateCounter({
     shared: new RedisRateCounter(redis, `${prefix}rl:`),
     local: new MemoryRateCounter(options.now),

@@ -17,6 +17,7 @@ import { DirectoryContentStore } from '../../src/content/directory-store.js';
 import { S3ContentStore } from '../../src/content/s3-store.js';
 import { createDatabases, type Databases } from '../../src/db/create-db.js';
 import { migrateTo, migrateToLatest } from '../../src/db/migrate.js';
+import type { Observation } from '../../src/observability/observation.js';
 import { type ProductionServers, type S3Endpoint, uniqueName } from './servers.js';
 
 /**
@@ -46,6 +47,8 @@ export interface TestBackend {
 export interface TestBackendOptions {
   /** The last migration to run (a test of what the next one does to existing data); all by default. */
   readonly migrateTo?: string;
+  /** The metrics and tracing its databases record into (a test of them); their own by default. */
+  readonly observation?: Observation;
 }
 
 export async function createTestBackend(options: TestBackendOptions = {}): Promise<TestBackend> {
@@ -63,7 +66,7 @@ async function createEmbeddedBackend(options: TestBackendOptions): Promise<TestB
   const workDir = await fs.mkdtemp(path.join(os.tmpdir(), 'playbook-test-'));
   const databaseFile = path.join(workDir, 'playbook.sqlite');
   const contentDir = path.join(workDir, 'content');
-  const databases = createDatabases({ kind: 'sqlite', path: databaseFile });
+  const databases = createDatabases({ kind: 'sqlite', path: databaseFile }, undefined, options.observation);
   await migrated(databases, options);
   const objectStore = new DirectoryContentStore(contentDir);
   const content = new ContentReader([new DatabaseContentStore(databases.reader), objectStore]);
@@ -157,7 +160,11 @@ async function createProductionBackend(
   try {
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
     bucketCreated = true;
-    databases = createDatabases({ kind: 'postgres', url: databaseUrl.toString() });
+    databases = createDatabases(
+      { kind: 'postgres', url: databaseUrl.toString() },
+      undefined,
+      options.observation,
+    );
     await migrated(databases, options);
     objectStore = new S3ContentStore({
       bucket,

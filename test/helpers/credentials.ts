@@ -7,6 +7,7 @@ import { UnitOfWork, type UnitOfWorkOptions } from '../../src/changes/unit-of-wo
 import { buildApp } from '../../src/composition/app.js';
 import type { ContentStore } from '../../src/content/content-store.js';
 import { type Config, loadConfig } from '../../src/foundation/config.js';
+import { Metrics } from '../../src/observability/metrics.js';
 import type { Tracing } from '../../src/observability/tracing.js';
 import { PublishService } from '../../src/publish/publish-service.js';
 import type { Scope } from '../../src/schemas/identity.js';
@@ -29,6 +30,8 @@ export interface TestIdentity extends Identity {
   readonly audit: AuditLog;
   /** The unit of work its key events and the app's publications go through. */
   readonly writes: UnitOfWork;
+  /** The metrics its writes, and the apps built with it, record into (D25). */
+  readonly metrics: Metrics;
   /** Stores a key for the account (created, or its plan set, when `plan` is given). */
   mintKey(options: MintKeyOptions): Promise<MintedKey>;
   /** Signs a token for `user` (default `test-user`) acting for `accounts`; sets their plan when given. */
@@ -67,6 +70,8 @@ export interface TestIdentitySetup {
   readonly logger?: FastifyBaseLogger;
   /** Runs in each write's transaction just before its commit (where a test makes one fail). */
   readonly beforeCommit?: UnitOfWorkOptions['beforeCommit'];
+  /** The metrics to record into; metrics of its own by default. */
+  readonly metrics?: Metrics;
 }
 
 export function testConfig(backend: TestBackend, env: Record<string, string> = {}): Config {
@@ -83,7 +88,9 @@ export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetu
   const db = backend.databases.primary;
   const audit = new AuditLog(db);
   // As the service composes it (storage.ts): a commit is announced to every read side of the process.
+  const metrics = setup.metrics ?? new Metrics();
   const writes = new UnitOfWork(db, {
+    metrics,
     announce: followNow,
     ...(setup.beforeCommit ? { beforeCommit: setup.beforeCommit } : {}),
   });
@@ -109,6 +116,7 @@ export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetu
     ...identity,
     audit,
     writes,
+    metrics,
     config,
     mintKey: async (options) => {
       if (options.plan !== undefined) await setAccount(writes, options.accountId, { plan: options.plan });
@@ -136,17 +144,19 @@ export async function buildIdentityApp(
   /** Parts a test replaces: the object store publishing writes to (to make it fail half-way). */
   overrides: { readonly objectStore?: ContentStore; readonly tracing?: Tracing } = {},
 ): Promise<FastifyInstance> {
-  const reads = await readSide(backend.databases.reader, backend.content);
+  const reads = await readSide(backend.databases.reader, backend.content, { metrics: identity.metrics });
   const config = identity.config;
   const publish = new PublishService(
     {
       db: backend.databases.primary,
       objectStore: overrides.objectStore ?? backend.objectStore,
       writes: identity.writes,
+      metrics: identity.metrics,
     },
     { maxContentBytes: config.maxContentBytes },
   );
   const app = await buildApp({
+    metrics: identity.metrics,
     playbook: reads.playbook,
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,

@@ -4,6 +4,7 @@ import { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { ChangeFollower } from '../../src/changes/change-follower.js';
 import type { ContentReader } from '../../src/content/content-reader.js';
 import type { Db } from '../../src/db/tables.js';
+import type { Metrics } from '../../src/observability/metrics.js';
 
 /** Every read side a test has built and not closed: what `dataChanged` and `followNow` tell at once. */
 const following = new Set<ChangeFollower>();
@@ -23,9 +24,9 @@ export interface ReadSide {
 export async function readSide(
   db: Db,
   content: ContentReader,
-  options: { answerCacheBytes?: number } = {},
+  options: { answerCacheBytes?: number; metrics?: Metrics } = {},
 ): Promise<ReadSide> {
-  const answers = new AnswerCache(options.answerCacheBytes ?? 64 * 1024 * 1024);
+  const answers = new AnswerCache(options.answerCacheBytes ?? 64 * 1024 * 1024, options.metrics);
   const follower = new ChangeFollower(db);
   follower.onChange((followed) => answers.follow(followed));
   await follower.start();

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/foundation/config.js';
-import { startMetricsServer } from '../../src/observability/metrics.js';
+import { Metrics, startMetricsServer } from '../../src/observability/metrics.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
@@ -41,10 +41,15 @@ describe('metrics (D25)', () => {
   let versionId: string;
 
   beforeAll(async () => {
-    backend = await createTestBackend();
-    identity = createTestIdentity(backend, { env: { PLAYBOOK_AUTH_FAILURE_MAX: '3' } });
+    // One set of metrics for everything, as the service composes it: the databases' and the app's.
+    const observation = { metrics: new Metrics() };
+    backend = await createTestBackend({ observation });
+    identity = createTestIdentity(backend, {
+      env: { PLAYBOOK_AUTH_FAILURE_MAX: '3' },
+      metrics: observation.metrics,
+    });
     app = await buildIdentityApp(backend, identity);
-    metrics = await startMetricsServer({ port: 0, host: '127.0.0.1' });
+    metrics = await startMetricsServer(observation.metrics, { port: 0, host: '127.0.0.1' });
     await givenAccount(backend.databases.primary, 'acme');
     const catalog = await givenCatalog(backend.databases.primary, { slug: 'handbook' });
     const resource = await givenResource(backend, catalog, { slug: 'intro' });

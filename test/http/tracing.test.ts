@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { observedStore } from '../../src/content/observed-store.js';
+import { Metrics } from '../../src/observability/metrics.js';
 import { startTracing, type Tracing } from '../../src/observability/tracing.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
@@ -29,11 +30,13 @@ describe('traces through OpenTelemetry (D25)', () => {
     process.env.OTEL_EXPORTER_OTLP_ENDPOINT = endpoint;
     process.env.OTEL_SERVICE_NAME = 'playbook-test';
     traced = (await startTracing(process.env))!;
-    backend = await createTestBackend();
-    identity = createTestIdentity(backend);
+    // The databases and the object store traced as the service composes them (storage.ts).
+    const observation = { metrics: new Metrics(), tracing: traced };
+    backend = await createTestBackend({ observation });
+    identity = createTestIdentity(backend, { metrics: observation.metrics });
     app = await buildIdentityApp(backend, identity, undefined, {
       tracing: traced,
-      objectStore: observedStore(backend.objectStore),
+      objectStore: observedStore(backend.objectStore, observation),
     });
     await givenAccount(backend.databases.primary, 'acme');
     const catalog = await givenCatalog(backend.databases.primary, { slug: 'handbook' });

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   BoundCounter,
   BoundHistogram,
-  recordingMetrics,
+  Metrics,
   startMetricsServer,
 } from '../../src/observability/metrics.js';
 
@@ -11,14 +11,18 @@ const BUCKETS = [0.001, 0.01, 0.1, 1];
 const LABELS = ['operation', 'status'] as const;
 
 /** The same observations, through prom-client's own metrics and through the bound ones. */
-function pair() {
+function pair(recording = { on: true }) {
   const theirs = new Registry();
   const ours = new Registry();
   return {
+    recording,
     theirs,
     ours,
     counter: new Counter({ name: 'c_total', help: 'c', labelNames: LABELS, registers: [theirs] }),
-    boundCounter: new BoundCounter({ name: 'c_total', help: 'c', labelNames: LABELS, registers: [ours] }),
+    boundCounter: new BoundCounter(
+      { name: 'c_total', help: 'c', labelNames: LABELS, registers: [ours] },
+      recording,
+    ),
     histogram: new Histogram({
       name: 'h_seconds',
       help: 'h',
@@ -26,34 +30,49 @@ function pair() {
       buckets: BUCKETS,
       registers: [theirs],
     }),
-    boundHistogram: new BoundHistogram({
-      name: 'h_seconds',
-      help: 'h',
-      labelNames: LABELS,
-      buckets: BUCKETS,
-      registers: [ours],
-    }),
+    boundHistogram: new BoundHistogram(
+      {
+        name: 'h_seconds',
+        help: 'h',
+        labelNames: LABELS,
+        buckets: BUCKETS,
+        registers: [ours],
+      },
+      recording,
+    ),
   };
 }
 
 /**
- * D25: the series every request records are bound once and count by plain addition. One process, one
- * module state: the first test runs before the metrics listener opens, the others after.
+ * D25: the series every request records are bound once and count by plain addition, and only while
+ * their metrics are recorded (from the moment the metrics listener opens).
  */
 describe('bound metrics (D25)', () => {
-  it('records nothing until the metrics listener opens', async () => {
-    const { ours, boundCounter, boundHistogram } = pair();
-    expect(recordingMetrics()).toBe(false);
+  it('records nothing until the metrics listener opens, and from then on', async () => {
+    const { ours, boundCounter, boundHistogram } = pair({ on: false });
     boundCounter.bind({ operation: 'a', status: '200' }).inc();
     boundHistogram.bind({ operation: 'a', status: '200' }).observe(0.002);
     const text = await ours.metrics();
     expect(text).not.toMatch(/^c_total\{/m);
     expect(text).not.toMatch(/^h_seconds_count\{/m);
+
+    const metrics = new Metrics();
+    const series = metrics.answerCacheLookups.bind({ result: 'hit' });
+    series.inc();
+    expect(await metrics.registry.metrics()).not.toMatch(/^playbook_answer_cache_lookups_total\{/m);
+    const listener = await startMetricsServer(metrics, { port: 0, host: '127.0.0.1' });
+    try {
+      series.inc();
+      expect(await metrics.registry.metrics()).toMatch(
+        /^playbook_answer_cache_lookups_total\{result="hit"\} 1$/m,
+      );
+    } finally {
+      await listener.close();
+    }
   });
 
   it("renders exactly what prom-client's own counter and histogram render for the same observations", async () => {
-    const listener = await startMetricsServer({ port: 0, host: '127.0.0.1' });
-    try {
+    {
       const { theirs, ours, counter, boundCounter, histogram, boundHistogram } = pair();
       const series = [
         { operation: 'a', status: '200' },
@@ -79,8 +98,6 @@ describe('bound metrics (D25)', () => {
       expect(await ours.metrics()).toBe(await theirs.metrics());
       expect(await ours.metrics()).toBe(await theirs.metrics());
       expect(await ours.getMetricsAsJSON()).toEqual(await theirs.getMetricsAsJSON());
-    } finally {
-      await listener.close();
     }
   });
 
