@@ -5,13 +5,13 @@
  * From the bottom: foundations every layer uses (errors, configuration, paging, text order, pacing of
  * long work, the schemas, metrics and traces); infrastructure (the database, HTTP answers, content
  * stores, the change log and its unit of work); the domain (accounts, identity, imports, the read
- * side, the audit list, Redis-shared state, publishing); the edge (routes); and composition (the app,
- * the services, the command line, the demo).
+ * side, the audit list, Redis-shared state, publishing); the edge (routes, and the answers they keep
+ * in memory); and composition (the app, the services, the command line, the demo).
  */
 const FOUNDATIONS = '^src/(foundation|schemas|observability)/';
 const INFRASTRUCTURE = '^src/(db|http|content|changes)/';
 const DOMAIN = '^src/(accounts|auth|catalog-writes|import|catalog|audit|redis|publish)/';
-const EDGE = '^src/routes/';
+const EDGE = '^src/(routes|answers)/';
 const COMPOSITION = '^src/(composition|cli)/';
 
 /** @type {import('dependency-cruiser').IConfiguration} */
@@ -55,6 +55,21 @@ module.exports = {
       severity: 'error',
       from: { path: '^src/auth/' },
       to: { path: '^src/(audit|redis|catalog|import|publish)/' },
+    },
+    {
+      name: 'read-side-returns-values',
+      comment:
+        'the read side returns domain values and audiences; answers, their keys and HTTP live at the edge',
+      severity: 'error',
+      from: { path: '^src/catalog/' },
+      to: { path: '^src/http/' },
+    },
+    {
+      name: 'routes-above-answers',
+      comment: 'the routes use the answers kept in memory; those know nothing of routes',
+      severity: 'error',
+      from: { path: '^src/answers/' },
+      to: { path: '^src/routes/' },
     },
     {
       name: 'every-module-placed',

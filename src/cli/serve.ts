@@ -22,7 +22,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       // The HTTP side is loaded by this command only: the others never need it.
       const { buildApp } = await import('../composition/app.js');
       const app = await buildApp({
-        playbook: services.playbook,
+        reads: services.reads,
         authenticator: services.authenticator,
         rateLimits: services.rateLimits,
         readiness: services.readiness,

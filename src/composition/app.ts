@@ -8,12 +8,12 @@ import Fastify, {
   type FastifyServerOptions,
   LogController,
 } from 'fastify';
+import type { ReadAnswers } from '../answers/read-answers.js';
 import type { AuditLog } from '../audit/audit-log.js';
 import type { ApiKeyService } from '../auth/api-key-service.js';
 import type { Authenticator } from '../auth/authenticator.js';
 import type { LeakReportSignatures } from '../auth/leak-reports.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
-import type { PlaybookService } from '../catalog/playbook-service.js';
 import { holdsCredential } from '../foundation/redact-url.js';
 import { CREDENTIAL_SAFE_SERIALIZERS } from '../http/access-log.js';
 import { clientErrorHandler } from '../http/connection-close.js';
@@ -32,7 +32,8 @@ import { documentation } from './documentation.js';
 import { requestPipeline } from './request-pipeline.js';
 
 export interface AppDependencies {
-  readonly playbook: PlaybookService;
+  /** The read operations' answers, kept in memory. */
+  readonly reads: ReadAnswers;
   readonly authenticator: Authenticator;
   /** Rate limits (D10), always given: a caller that wants none says so with a limiter that counts nothing. */
   readonly rateLimits: AccessLimiter;
@@ -189,7 +190,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   });
 
   await app.register(operationsRoutes(deps.readiness));
-  await app.register(playbookRoutes(deps.playbook));
+  await app.register(playbookRoutes(deps.reads));
   if (deps.publish) await app.register(publishRoutes(deps.publish));
   if (deps.keys) {
     const options = {

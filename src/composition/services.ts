@@ -1,10 +1,11 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { sql } from 'kysely';
+import { AnswerCache } from '../answers/answer-cache.js';
+import { ReadAnswers } from '../answers/read-answers.js';
 import { AuditLog } from '../audit/audit-log.js';
 import type { Authenticator } from '../auth/authenticator.js';
 import { createIdentity, type Identity, type IdentityOptions } from '../auth/identity.js';
 import type { RateLimits } from '../auth/rate-limits.js';
-import { AnswerCache } from '../catalog/answer-cache.js';
 import { PlaybookService } from '../catalog/playbook-service.js';
 import type { ChangeFollower } from '../changes/change-follower.js';
 import type { UnitOfWork } from '../changes/unit-of-work.js';
@@ -36,7 +37,10 @@ export interface Services {
   readonly metrics: Metrics;
   /** The metrics and tracing together, as storage calls take them. */
   readonly observation: Observation;
+  /** The read side: what the read operations see, as domain values. */
   readonly playbook: PlaybookService;
+  /** The read operations' answers: the read side's values serialized and kept in `answers`. */
+  readonly reads: ReadAnswers;
   /** D23: writes of accounts' Catalogs over HTTP, on the primary database. */
   readonly publish: PublishService;
   readonly readiness: ReadinessCheck[];
@@ -105,7 +109,8 @@ export function createServices(
   const answers = new AnswerCache(config.answerCacheBytes, metrics);
   follower.onChange((followed) => answers.follow(followed));
   const unobserve = metrics.observeAnswerCacheSize(() => answers.stats.bytes);
-  const playbook = new PlaybookService(databases.reader, content, answers);
+  const playbook = new PlaybookService(databases.reader, content);
+  const reads = new ReadAnswers(playbook, answers);
   const audit = new AuditLog(databases.primary);
   const identity = createIdentity(config, databases.primary, logger, {
     // SQLite's reader sees every commit at once (WAL); a PostgreSQL replica may lag a revocation.
@@ -129,6 +134,7 @@ export function createServices(
     metrics,
     observation,
     playbook,
+    reads,
     publish,
     readiness,
     authenticator: identity.authenticator,

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
+import type { ReadAnswers } from '../answers/read-answers.js';
 import type { Principal } from '../auth/principal.js';
-import type { PlaybookService } from '../catalog/playbook-service.js';
 import { routeSerializer, sendAnswer } from '../http/answer.js';
 import { notModifiedResponse, Page, problemResponses } from '../schemas/common.js';
 import {
@@ -37,7 +37,7 @@ function principalOf(request: { principal: Principal | null }): Principal {
  * schema and scope, asks the service for the answer, and sends it with `sendAnswer`: at once when it is
  * held in memory, once it is made otherwise.
  */
-export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncTypebox {
+export function playbookRoutes(answers: ReadAnswers): FastifyPluginAsyncTypebox {
   return async (app) => {
     app.route({
       method: GET_AND_HEAD,
@@ -63,7 +63,7 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
         sendAnswer(
           request,
           reply,
-          service.listCatalogs(principalOf(request), request.query, routeSerializer(reply)),
+          answers.listCatalogs(principalOf(request), request.query, routeSerializer(reply)),
         ),
     });
 
@@ -92,7 +92,7 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
         sendAnswer(
           request,
           reply,
-          service.listResources(principalOf(request), request.params, request.query, routeSerializer(reply)),
+          answers.listResources(principalOf(request), request.params, request.query, routeSerializer(reply)),
         ),
     });
 
@@ -119,7 +119,7 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
         sendAnswer(
           request,
           reply,
-          service.getResource(
+          answers.getResource(
             principalOf(request),
             request.params.resourceId.toLowerCase(),
             routeSerializer(reply),
@@ -149,7 +149,7 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
         sendAnswer(
           request,
           reply,
-          service.listVersions(
+          answers.listVersions(
             principalOf(request),
             request.params.resourceId.toLowerCase(),
             request.query,
@@ -180,7 +180,7 @@ export function playbookRoutes(service: PlaybookService): FastifyPluginAsyncType
         sendAnswer(
           request,
           reply,
-          service.getVersion(
+          answers.getVersion(
             principalOf(request),
             request.params.resourceId.toLowerCase(),
             request.params.versionId.toLowerCase(),

@@ -80,7 +80,7 @@ export async function buildTestApp(
   const identity = callers instanceof PrincipalRegistry ? callers.bind(backend) : undefined;
   const reads = await readSide(backend.databases.reader, backend.content);
   const app = await buildApp({
-    playbook: reads.playbook,
+    reads: reads.answers,
     authenticator: identity ? identity.authenticator : (callers as Authenticator),
     rateLimits: identity ? identity.rateLimits : unlimited,
     readiness: [{ name: 'contentStore', check: () => backend.objectStore.check() }],

@@ -157,7 +157,7 @@ export async function buildIdentityApp(
   );
   const app = await buildApp({
     metrics: identity.metrics,
-    playbook: reads.playbook,
+    reads: reads.answers,
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,
     readiness: [],

@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
-import { AnswerCache } from '../../src/catalog/answer-cache.js';
+import { AnswerCache } from '../../src/answers/answer-cache.js';
+import { ReadAnswers } from '../../src/answers/read-answers.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { ChangeFollower } from '../../src/changes/change-follower.js';
 import type { ContentReader } from '../../src/content/content-reader.js';
@@ -11,7 +12,9 @@ const following = new Set<ChangeFollower>();
 
 export interface ReadSide {
   readonly playbook: PlaybookService;
-  readonly answers: AnswerCache;
+  /** The read operations' answers, as the routes take them. */
+  readonly answers: ReadAnswers;
+  readonly cache: AnswerCache;
   readonly follower: ChangeFollower;
   close(): void;
 }
@@ -26,14 +29,16 @@ export async function readSide(
   content: ContentReader,
   options: { answerCacheBytes?: number; metrics?: Metrics } = {},
 ): Promise<ReadSide> {
-  const answers = new AnswerCache(options.answerCacheBytes ?? 64 * 1024 * 1024, options.metrics);
+  const cache = new AnswerCache(options.answerCacheBytes ?? 64 * 1024 * 1024, options.metrics);
   const follower = new ChangeFollower(db);
-  follower.onChange((followed) => answers.follow(followed));
+  follower.onChange((followed) => cache.follow(followed));
   await follower.start();
   following.add(follower);
+  const playbook = new PlaybookService(db, content);
   return {
-    playbook: new PlaybookService(db, content, answers),
-    answers,
+    playbook,
+    answers: new ReadAnswers(playbook, cache),
+    cache,
     follower,
     close: () => {
       follower.stop();

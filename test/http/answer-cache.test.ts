@@ -5,9 +5,10 @@ import { Kysely, type LogEvent, PostgresDialect, SqliteDialect, type Updateable 
 import pg from 'pg';
 import { v7 as uuidv7 } from 'uuid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AnswerCache } from '../../src/answers/answer-cache.js';
+import { answerKey } from '../../src/answers/answer-keys.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
 import type { Principal } from '../../src/auth/principal.js';
-import { AnswerCache } from '../../src/catalog/answer-cache.js';
 import { buildApp } from '../../src/composition/app.js';
 import { sqliteDriver } from '../../src/db/create-db.js';
 import type { CatalogTable, Database, Db, ResourceTable } from '../../src/db/tables.js';
@@ -28,7 +29,7 @@ import {
 import { dataChanged, type ReadSide, readSide } from '../helpers/read-side.js';
 
 /**
- * Answers from memory (catalog/answer-cache.ts): what they answer is byte for byte what Fastify
+ * Answers from memory (answers/answer-cache.ts): what they answer is byte for byte what Fastify
  * serializes from the whole object with the route's schema; a hit reads no storage; every write,
  * once it moves the change log's head (every read side then starts afresh), shows in the next answer and its ETag;
  * no caller ever gets an answer its account or plan may not see (D5, D6); memory stays in its budget.
@@ -55,6 +56,9 @@ class AccountAuthenticator implements Authenticator {
 }
 
 /** A second connection to the backend's database that records the SQL of every statement. */
+/** A key of the cache's own scheme, for tests of the cache alone. */
+const key = (name: string) => answerKey('resource', null, name);
+
 function recordingDb(backend: TestBackend, statements: string[]): Db {
   const log = (event: LogEvent) => {
     if (event.level === 'query') statements.push(event.query.sql);
@@ -116,7 +120,7 @@ describe('read caches', () => {
       answerCacheBytes === undefined ? {} : { answerCacheBytes },
     );
     const built = await buildApp({
-      playbook: reads.playbook,
+      reads: reads.answers,
       authenticator: new AccountAuthenticator(backend.databases.primary),
       rateLimits: unlimited,
       readiness: [],
@@ -278,14 +282,14 @@ describe('read caches', () => {
       ];
       for (const url of urls) await get(url);
       statements.length = 0;
-      const hits = reads.answers.stats.hits;
+      const hits = reads.cache.stats.hits;
       for (const url of urls) {
         const res = await get(url);
         expect(res.statusCode, url).toBe(200);
       }
       // The change log's poll may fall in this window: it is no request's cost.
       expect(statements.filter((sql) => !sql.includes('"data_generation"'))).toEqual([]);
-      expect(reads.answers.stats.hits - hits).toBe(urls.length);
+      expect(reads.cache.stats.hits - hits).toBe(urls.length);
     });
 
     it('a write that has not moved the change log is not seen; once it has, it is', async () => {
@@ -596,14 +600,14 @@ describe('read caches', () => {
               expect(actual.statusCode, url).toBe(expected.statusCode);
               expect(actual.body, url).toBe(expected.body);
               expect(actual.headers.etag, url).toBe(expected.headers.etag);
-              expect(bounded.reads.answers.stats.bytes).toBeLessThanOrEqual(budget);
+              expect(bounded.reads.cache.stats.bytes).toBeLessThanOrEqual(budget);
             }
           }
         }
-        const stats = bounded.reads.answers.stats;
+        const stats = bounded.reads.cache.stats;
         expect(stats.entries).toBeGreaterThan(0);
         expect(stats.hits).toBeGreaterThan(0);
-        expect(uncached.reads.answers.stats.entries).toBe(0);
+        expect(uncached.reads.cache.stats.entries).toBe(0);
       } finally {
         await bounded.app.close();
         await uncached.app.close();
@@ -613,13 +617,15 @@ describe('read caches', () => {
     it('counts compressed forms as they are made, and forgets the answer that no longer fits', async () => {
       const cache = new AnswerCache(2 * 1024 * 1024);
       const answer = Answer.json(JSON.stringify({ text: 'y'.repeat(512 * 1024) }));
-      cache.set('a', answer, cache.ticket(), ['svc']);
+      cache.set(key('a'), answer, cache.ticket(), ['svc']);
       const before = cache.stats.bytes;
       await answer.encoded('gzip');
       expect(cache.stats.bytes).toBeGreaterThan(before);
       expect(cache.stats.bytes - before).toBe(answer.bytes - answer.body.length);
-      cache.set('b', Answer.json(JSON.stringify({ text: 'z'.repeat(1800 * 1024) })), cache.ticket(), ['svc']);
-      expect(cache.get('a')).toBeUndefined();
+      cache.set(key('b'), Answer.json(JSON.stringify({ text: 'z'.repeat(1800 * 1024) })), cache.ticket(), [
+        'svc',
+      ]);
+      expect(cache.get(key('a'))).toBeUndefined();
       expect(cache.stats.bytes).toBeLessThanOrEqual(2 * 1024 * 1024);
     });
 
@@ -627,36 +633,36 @@ describe('read caches', () => {
       const cache = new AnswerCache(1024 * 1024);
       const ticket = cache.ticket();
       cache.clear();
-      cache.set('stale', Answer.json('{}'), ticket, ['svc']);
-      expect(cache.get('stale')).toBeUndefined();
-      cache.set('fresh', Answer.json('{}'), cache.ticket(), ['svc']);
-      expect(cache.get('fresh')).toBeDefined();
+      cache.set(key('stale'), Answer.json('{}'), ticket, ['svc']);
+      expect(cache.get(key('stale'))).toBeUndefined();
+      cache.set(key('fresh'), Answer.json('{}'), cache.ticket(), ['svc']);
+      expect(cache.get(key('fresh'))).toBeDefined();
     });
 
     it('D26: a drop of one namespace forgets its answers, keeps the others, and refuses answers begun before it', async () => {
       const cache = new AnswerCache(1024 * 1024);
       const before = cache.ticket();
-      cache.set('acme', Answer.json('{}'), before, ['acme']);
-      cache.set('globex', Answer.json('{}'), before, ['globex']);
-      cache.set('acme+svc', Answer.json('{}'), before, ['svc', 'acme']);
-      cache.set('svc', Answer.json('{}'), before, ['svc']);
+      cache.set(key('acme'), Answer.json('{}'), before, ['acme']);
+      cache.set(key('globex'), Answer.json('{}'), before, ['globex']);
+      cache.set(key('acme+svc'), Answer.json('{}'), before, ['svc', 'acme']);
+      cache.set(key('svc'), Answer.json('{}'), before, ['svc']);
       cache.drop(['acme']);
-      expect(cache.get('acme')).toBeUndefined();
-      expect(cache.get('acme+svc')).toBeUndefined();
-      expect(cache.get('globex')).toBeDefined();
-      expect(cache.get('svc')).toBeDefined();
+      expect(cache.get(key('acme'))).toBeUndefined();
+      expect(cache.get(key('acme+svc'))).toBeUndefined();
+      expect(cache.get(key('globex'))).toBeDefined();
+      expect(cache.get(key('svc'))).toBeDefined();
       // Begun before the drop: refused for acme, kept for another namespace.
-      cache.set('late acme', Answer.json('{}'), before, ['acme']);
-      cache.set('late globex', Answer.json('{}'), before, ['globex']);
-      expect(cache.get('late acme')).toBeUndefined();
-      expect(cache.get('late globex')).toBeDefined();
-      cache.set('new acme', Answer.json('{}'), cache.ticket(), ['acme']);
-      expect(cache.get('new acme')).toBeDefined();
+      cache.set(key('late acme'), Answer.json('{}'), before, ['acme']);
+      cache.set(key('late globex'), Answer.json('{}'), before, ['globex']);
+      expect(cache.get(key('late acme'))).toBeUndefined();
+      expect(cache.get(key('late globex'))).toBeDefined();
+      cache.set(key('new acme'), Answer.json('{}'), cache.ticket(), ['acme']);
+      expect(cache.get(key('new acme'))).toBeDefined();
       // A service change drops what every caller sees, and nothing held for one account alone.
       cache.drop(['svc']);
-      expect(cache.get('svc')).toBeUndefined();
-      expect(cache.get('globex')).toBeDefined();
-      expect(cache.get('new acme')).toBeDefined();
+      expect(cache.get(key('svc'))).toBeUndefined();
+      expect(cache.get(key('globex'))).toBeDefined();
+      expect(cache.get(key('new acme'))).toBeDefined();
     });
 
     it('one load for concurrent requests of the same answer, and none shared across a clear', async () => {
@@ -667,12 +673,12 @@ describe('read caches', () => {
         await new Promise((resolve) => setTimeout(resolve, 10));
         return Answer.json(`{"load":${loads}}`);
       };
-      const [a, b] = await Promise.all([cache.once('k', load), cache.once('k', load)]);
+      const [a, b] = await Promise.all([cache.once(key('k'), load), cache.once(key('k'), load)]);
       expect(loads).toBe(1);
       expect(a).toBe(b);
-      const first = cache.once('k', load);
+      const first = cache.once(key('k'), load);
       cache.clear();
-      const second = cache.once('k', load);
+      const second = cache.once(key('k'), load);
       expect(await first).not.toBe(await second);
       expect(loads).toBe(3);
     });

@@ -36,7 +36,7 @@ describe('D5: a caller with no account never shares a load with the account "nul
     const db = backend.databases.reader.withPlugin(slowReads);
     const reads = await readSide(db, backend.content, { answerCacheBytes });
     const app = await buildApp({
-      playbook: reads.playbook,
+      reads: reads.answers,
       authenticator: identity.authenticator,
       rateLimits: identity.rateLimits,
       readiness: [],
@@ -105,7 +105,7 @@ describe('D5: a caller with no account never shares a load with the account "nul
     const { app, reads } = await appWith(64 * 1024 * 1024);
     try {
       for (const url of urls()) {
-        expect(await race(app, url, 25, () => reads.answers.clear())).toEqual([]);
+        expect(await race(app, url, 25, () => reads.cache.clear())).toEqual([]);
         // Whatever was kept by the last round, the caller with no account still sees nothing.
         expect((await app.inject({ url, headers: noAccount })).statusCode).toBe(404);
         expect((await app.inject({ url, headers: owner })).statusCode).toBe(200);

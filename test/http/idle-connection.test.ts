@@ -2,8 +2,8 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { ReadAnswers } from '../../src/answers/read-answers.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
-import type { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { buildApp } from '../../src/composition/app.js';
 import { AuthenticationError } from '../../src/foundation/errors.js';
 import { unlimited } from '../helpers/app.js';
@@ -84,7 +84,7 @@ describe('D20: connections that send too little are closed, and only those', () 
   beforeAll(async () => {
     // Only /healthz is asked: the read service is never reached.
     app = await buildApp({
-      playbook: {} as PlaybookService,
+      reads: {} as ReadAnswers,
       authenticator: refuseAll,
       rateLimits: unlimited,
       readiness: [],

@@ -1,7 +1,8 @@
 import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AnswerCache } from '../../src/catalog/answer-cache.js';
+import { AnswerCache } from '../../src/answers/answer-cache.js';
+import { ReadAnswers } from '../../src/answers/read-answers.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { buildApp } from '../../src/composition/app.js';
 import { buildTestApp, PrincipalRegistry, unlimited } from '../helpers/app.js';
@@ -169,7 +170,10 @@ describe('errors and operations', () => {
         throw new Error('connect ECONNREFUSED 10.0.0.1:5432');
       };
       const probe = await buildApp({
-        playbook: new PlaybookService(backend.databases.reader, backend.content, new AnswerCache(0)),
+        reads: new ReadAnswers(
+          new PlaybookService(backend.databases.reader, backend.content),
+          new AnswerCache(0),
+        ),
         authenticator: principals.authenticator,
         rateLimits: unlimited,
         readiness: [
@@ -194,7 +198,10 @@ describe('errors and operations', () => {
       }
 
       const degraded = await buildApp({
-        playbook: new PlaybookService(backend.databases.reader, backend.content, new AnswerCache(0)),
+        reads: new ReadAnswers(
+          new PlaybookService(backend.databases.reader, backend.content),
+          new AnswerCache(0),
+        ),
         authenticator: principals.authenticator,
         rateLimits: unlimited,
         readiness: [{ name: 'cache', optional: true, check: failing }],
@@ -387,7 +394,10 @@ describe('errors and operations', () => {
         },
       });
       const logged = await buildApp({
-        playbook: new PlaybookService(backend.databases.reader, backend.content, new AnswerCache(0)),
+        reads: new ReadAnswers(
+          new PlaybookService(backend.databases.reader, backend.content),
+          new AnswerCache(0),
+        ),
         authenticator: principals.authenticator,
         rateLimits: unlimited,
         readiness: [],

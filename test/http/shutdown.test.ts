@@ -1,8 +1,8 @@
 import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { ReadAnswers } from '../../src/answers/read-answers.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
-import type { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { buildApp } from '../../src/composition/app.js';
 import { AuthenticationError } from '../../src/foundation/errors.js';
 import { unlimited } from '../helpers/app.js';
@@ -37,7 +37,7 @@ describe('graceful shutdown (D14 serve, D2)', () => {
   it('finishes the in-flight request with Connection: close, and closes without waiting on keep-alive', async () => {
     // The read service is never reached: the only route used here is the slow one below.
     app = await buildApp({
-      playbook: {} as PlaybookService,
+      reads: {} as ReadAnswers,
       authenticator: refuseAll,
       rateLimits: unlimited,
       readiness: [],
@@ -85,7 +85,7 @@ describe('graceful shutdown (D14 serve, D2)', () => {
 
   it('accepts no new connection once closed', async () => {
     app = await buildApp({
-      playbook: {} as PlaybookService,
+      reads: {} as ReadAnswers,
       authenticator: refuseAll,
       rateLimits: unlimited,
       readiness: [],

@@ -106,7 +106,7 @@ export async function startInstance(
   // As `playbook serve` does before it listens.
   await services.follower.start();
   const app = await buildApp({
-    playbook: services.playbook,
+    reads: services.reads,
     authenticator: services.authenticator,
     rateLimits: services.rateLimits,
     readiness: services.readiness,

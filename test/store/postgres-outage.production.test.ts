@@ -66,7 +66,7 @@ describe('a PostgreSQL outage', () => {
       resourceIds.push(await seedResource(db, catalogId, store, `page-${i}`, `# Page ${i}\n`));
     }
     app = await buildApp({
-      playbook: services.playbook,
+      reads: services.reads,
       authenticator: anyReader,
       rateLimits: unlimited,
       readiness: services.readiness,

@@ -4,7 +4,8 @@ import { CreateBucketCommand, GetObjectCommand } from '@aws-sdk/client-s3';
 import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { AnswerCache } from '../../src/catalog/answer-cache.js';
+import { AnswerCache } from '../../src/answers/answer-cache.js';
+import { ReadAnswers } from '../../src/answers/read-answers.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { buildApp } from '../../src/composition/app.js';
 import { ContentReader } from '../../src/content/content-reader.js';
@@ -171,9 +172,8 @@ describe('an S3 outage under HTTP', () => {
     }
     const reader = backend.databases.reader;
     app = await buildApp({
-      playbook: new PlaybookService(
-        reader,
-        new ContentReader([new DatabaseContentStore(reader), store]),
+      reads: new ReadAnswers(
+        new PlaybookService(reader, new ContentReader([new DatabaseContentStore(reader), store])),
         new AnswerCache(64 * 1024 * 1024),
       ),
       authenticator: anyReader,

@@ -1,8 +1,9 @@
 import { LRUCache } from 'lru-cache';
+import type { ListPositions } from '../catalog/read-repository.js';
 import type { FollowedChanges } from '../changes/change-follower.js';
 import { Answer, type ReadAnswer } from '../http/answer.js';
 import { type CountedSeries, Metrics } from '../observability/metrics.js';
-import type { ListPositions } from './read-repository.js';
+import type { AnswerKey } from './answer-keys.js';
 
 /** What a lazy answer is counted as: its row and closure, not its body, which it does not hold. */
 const LAZY_ANSWER_BYTES = 1024;
@@ -40,9 +41,9 @@ export interface AnswerCacheStats {
  * reading, and `set` refuses a ticket older than the last drop of any namespace the answer names.
  */
 export class AnswerCache {
-  private readonly entries: LRUCache<string, Entry> | undefined;
+  private readonly entries: LRUCache<AnswerKey, Entry> | undefined;
   /** The positions of lists of Resources (see `ListPositions`): small, and kept whatever the budget. */
-  private readonly lists = new LRUCache<string, HeldPositions>({ max: 1000 });
+  private readonly lists = new LRUCache<AnswerKey, HeldPositions>({ max: 1000 });
   private readonly loading = new Map<string, Promise<ReadAnswer>>();
   /** Counts drops and clears; a ticket is its value when taken. */
   private drops = 0;
@@ -62,14 +63,14 @@ export class AnswerCache {
     this.miss = metrics.answerCacheLookups.bind({ result: 'miss' });
     this.entries =
       maxBytes > 0
-        ? new LRUCache<string, Entry>({
+        ? new LRUCache<AnswerKey, Entry>({
             maxSize: maxBytes,
             sizeCalculation: (entry, key) => ENTRY_OVERHEAD_BYTES + key.length * 2 + bytesOf(entry.answer),
           })
         : undefined;
   }
 
-  get(key: string): ReadAnswer | undefined {
+  get(key: AnswerKey): ReadAnswer | undefined {
     const answer = this.entries?.get(key)?.answer;
     if (answer === undefined) {
       this.misses++;
@@ -87,7 +88,7 @@ export class AnswerCache {
   }
 
   /** Keeps `answer`, made of `namespaces`, unless one of them changed since `ticket` was taken. */
-  set(key: string, answer: ReadAnswer, ticket: number, namespaces: readonly string[]): void {
+  set(key: AnswerKey, answer: ReadAnswer, ticket: number, namespaces: readonly string[]): void {
     if (!this.entries || !this.current(ticket, namespaces)) return;
     const entry: Entry = { answer, namespaces };
     this.entries.set(key, entry);
@@ -110,7 +111,7 @@ export class AnswerCache {
    * megabytes). Its outcome, answer or error, goes to every waiter; only answers are kept, by `load`.
    * A request that comes after a drop never waits for a load begun before it.
    */
-  once(key: string, load: () => Promise<ReadAnswer>): Promise<ReadAnswer> {
+  once(key: AnswerKey, load: () => Promise<ReadAnswer>): Promise<ReadAnswer> {
     const loadKey = `${this.drops}|${key}`;
     const pending = this.loading.get(loadKey);
     if (pending) return pending;
@@ -120,11 +121,16 @@ export class AnswerCache {
   }
 
   /** The positions of a list of Resources, kept as answers are, until their namespace changes. */
-  positions(key: string): ListPositions | undefined {
+  positions(key: AnswerKey): ListPositions | undefined {
     return this.lists.get(key)?.positions;
   }
 
-  keepPositions(key: string, positions: ListPositions, ticket: number, namespaces: readonly string[]): void {
+  keepPositions(
+    key: AnswerKey,
+    positions: ListPositions,
+    ticket: number,
+    namespaces: readonly string[],
+  ): void {
     if (this.current(ticket, namespaces)) this.lists.set(key, { positions, namespaces });
   }
 
@@ -140,11 +146,11 @@ export class AnswerCache {
     const touches = (held: { readonly namespaces: readonly string[] }) =>
       held.namespaces.some((namespace) => dropped.has(namespace));
     if (this.entries) {
-      const stale: string[] = [];
+      const stale: AnswerKey[] = [];
       for (const [key, entry] of this.entries.entries()) if (touches(entry)) stale.push(key);
       for (const key of stale) this.entries.delete(key);
     }
-    const stalePositions: string[] = [];
+    const stalePositions: AnswerKey[] = [];
     for (const [key, held] of this.lists.entries()) if (touches(held)) stalePositions.push(key);
     for (const key of stalePositions) this.lists.delete(key);
   }

@@ -1,0 +1,216 @@
+import type { Principal } from '../auth/principal.js';
+import { type Audience, callerAudience, itemAudiences, type Seen } from '../catalog/audience.js';
+import type { PageOf, PlaybookService, PositionsMemo, VersionRead } from '../catalog/playbook-service.js';
+import { pageOf } from '../foundation/paging.js';
+import { Answer, type LazyAnswer, type ReadAnswer, tagOf } from '../http/answer.js';
+import type {
+  Catalog,
+  CatalogParams,
+  ListCatalogsQuery,
+  ListResourcesQuery,
+  ListVersionsQuery,
+  ResourceDetail,
+  ResourceListItem,
+  ResourceVersionDetail,
+  ResourceVersionSummary,
+} from '../schemas/playbook.js';
+import type { AnswerCache } from './answer-cache.js';
+import { type AnswerKey, answerKey, setKey } from './answer-keys.js';
+
+/** The route's own response serializer for one shape (Fastify compiles it from the route's schema). */
+export type Serialize<T> = (value: T) => string;
+
+/**
+ * The read operations' answers as the edge keeps them: what the read side (`PlaybookService`) sees,
+ * serialized by the route's schema, kept in memory (`AnswerCache`) under the one key scheme
+ * (answer-keys.ts) for the audience the read side names, and sent by `sendAnswer`.
+ *
+ * A hit costs a lookup and answers exactly what a miss would: a miss asks the read side, as a first
+ * request does, and keeps the answer with the namespaces it is made of, whose changes drop it. An answer
+ * made from reads that began before a drop of one of its namespaces is never kept (the cache's ticket,
+ * taken before reading). Concurrent requests for an answer not held yet wait for one read.
+ */
+export class ReadAnswers {
+  constructor(
+    private readonly reads: PlaybookService,
+    private readonly answers: AnswerCache,
+  ) {}
+
+  listCatalogs(
+    principal: Principal,
+    query: ListCatalogsQuery,
+    serialize: Serialize<PageOf<Catalog>>,
+  ): ReadAnswer | Promise<ReadAnswer> {
+    const { page, pageSize } = pageOf(query);
+    const audience = this.reads.catalogsAudience(principal, query);
+    const key = answerKey(
+      'catalogs',
+      audience,
+      setKey(query.sourceScope),
+      query.capability ?? null,
+      page,
+      pageSize,
+    );
+    return (
+      this.answers.get(key) ?? this.load(key, () => this.reads.listCatalogs(principal, query), serialize)
+    );
+  }
+
+  listResources(
+    principal: Principal,
+    params: CatalogParams,
+    query: ListResourcesQuery,
+    serialize: Serialize<PageOf<ResourceListItem>>,
+  ): ReadAnswer | Promise<ReadAnswer> {
+    const { page, pageSize } = pageOf(query);
+    const audience = this.reads.resourcesAudience(principal, params);
+    const key = answerKey('resources', audience, params.catalogSlug, setKey(query.kind), page, pageSize);
+    return (
+      this.answers.get(key) ??
+      this.load(
+        key,
+        (ticket) => this.reads.listResources(principal, params, query, this.memo(ticket)),
+        serialize,
+      )
+    );
+  }
+
+  getResource(
+    principal: Principal,
+    resourceId: string,
+    serialize: Serialize<ResourceDetail>,
+  ): ReadAnswer | Promise<ReadAnswer> {
+    const key = (audience: Audience | null) => answerKey('resource', audience, resourceId);
+    return (
+      this.heldFor(principal, key) ??
+      this.load(
+        key(callerAudience(principal)),
+        () => this.reads.getResource(principal, resourceId),
+        serialize,
+        key,
+      )
+    );
+  }
+
+  listVersions(
+    principal: Principal,
+    resourceId: string,
+    query: ListVersionsQuery,
+    serialize: Serialize<PageOf<ResourceVersionSummary>>,
+  ): ReadAnswer | Promise<ReadAnswer> {
+    const { page, pageSize } = pageOf(query);
+    const key = (audience: Audience | null) => answerKey('versions', audience, resourceId, page, pageSize);
+    return (
+      this.heldFor(principal, key) ??
+      this.load(
+        key(callerAudience(principal)),
+        () => this.reads.listVersions(principal, resourceId, query),
+        serialize,
+        key,
+      )
+    );
+  }
+
+  /**
+   * A Resource Version's answer is lazy: its validator comes from every field but the content, and the
+   * content's hash, which stands for it, so a revalidation is answered without loading content (D11).
+   * Content is loaded, checked (D12) and serialized when the answer is first sent, and kept with it.
+   */
+  getVersion(
+    principal: Principal,
+    resourceId: string,
+    versionId: string,
+    serialize: Serialize<ResourceVersionDetail>,
+  ): ReadAnswer | Promise<ReadAnswer> {
+    const key = (audience: Audience | null) => answerKey('version', audience, resourceId, versionId);
+    return (
+      this.heldFor(principal, key) ??
+      this.answers.once(key(callerAudience(principal)), async () => {
+        const ticket = this.answers.ticket();
+        const seen = await this.reads.getVersion(principal, resourceId, versionId);
+        const lazy = this.lazyVersion(seen, serialize, (answer) =>
+          this.keep(key(seen.audience), answer, ticket, seen.namespaces),
+        );
+        return this.keep(key(seen.audience), lazy, ticket, seen.namespaces);
+      })
+    );
+  }
+
+  /** The answer held for what `principal` may see of one Resource: the service's for its plan, or its account's. */
+  private heldFor(
+    principal: Principal,
+    key: (audience: Audience | null) => AnswerKey,
+  ): ReadAnswer | undefined {
+    for (const audience of itemAudiences(principal)) {
+      const held = this.answers.get(key(audience));
+      if (held !== undefined) return held;
+    }
+    return undefined;
+  }
+
+  /**
+   * Reads and serializes an answer not held, once for every request that waits for it under
+   * `loadKey`, and keeps it under the key of the audience the read names (`keyFor`, when it is not
+   * known before the read).
+   */
+  private load<T>(
+    loadKey: AnswerKey,
+    read: (ticket: number) => Promise<Seen<T>>,
+    serialize: Serialize<T>,
+    keyFor?: (audience: Audience | null) => AnswerKey,
+  ): Promise<ReadAnswer> {
+    return this.answers.once(loadKey, async () => {
+      const ticket = this.answers.ticket();
+      const seen = await read(ticket);
+      const key = keyFor ? keyFor(seen.audience) : loadKey;
+      return this.keep(key, Answer.json(serialize(seen.value)), ticket, seen.namespaces);
+    });
+  }
+
+  private lazyVersion(
+    seen: Seen<VersionRead>,
+    serialize: Serialize<ResourceVersionDetail>,
+    keep: (answer: Answer) => Answer,
+  ): LazyAnswer {
+    const { withoutContent, content } = seen.value;
+    const withoutContentText = serialize(withoutContent);
+    const tag = tagOf(`${withoutContentText}\n${withoutContent.contentHash}`);
+    let loading: Promise<Answer> | undefined;
+    return {
+      tag,
+      // Content serializes to at least its UTF-8 bytes.
+      minBytes: Buffer.byteLength(withoutContentText) + withoutContent.contentSizeBytes,
+      // One load for every request that holds this answer; a failed one is tried again by the next.
+      load: () => {
+        loading ??= content()
+          .then((text) => keep(Answer.json(serialize({ ...withoutContent, content: text }), tag)))
+          .catch((error: unknown) => {
+            loading = undefined;
+            throw error;
+          });
+        return loading;
+      },
+    };
+  }
+
+  /** The positions of lists of Resources, kept beside the answers under the same ticket. */
+  private memo(ticket: number): PositionsMemo {
+    const key = (catalogId: string, kinds: readonly string[]) =>
+      answerKey('positions', null, catalogId, setKey(kinds));
+    return {
+      held: (catalogId, kinds) => this.answers.positions(key(catalogId, kinds)),
+      keep: (catalogId, kinds, positions, namespaces) =>
+        this.answers.keepPositions(key(catalogId, kinds), positions, ticket, namespaces),
+    };
+  }
+
+  private keep<A extends ReadAnswer>(
+    key: AnswerKey,
+    answer: A,
+    ticket: number,
+    namespaces: readonly string[],
+  ): A {
+    this.answers.set(key, answer, ticket, namespaces);
+    return answer;
+  }
+}

@@ -1,0 +1,76 @@
+import type { Principal } from '../auth/principal.js';
+import { SERVICE_NAMESPACE } from '../changes/change-log.js';
+
+/**
+ * Whose view a read is (D5, D6): who else sees exactly what one caller sees. A value rather than a
+ * string, so that no two audiences can be written alike:
+ * - `service`: service-owned content, seen alike by every caller on the same plan;
+ * - `account`: an account's own content, seen by that account only;
+ * - `caller`: one caller's view before it is known whose content a read holds (the plan and the
+ *   selected account together; `null` when the caller selected none).
+ *
+ * `null` where an audience is asked for means every caller alike: what depends on nobody's view (the
+ * service's Catalogs listed without the account's, a service Catalog's Resources).
+ */
+export type Audience =
+  | { readonly kind: 'service'; readonly plan: string }
+  | { readonly kind: 'account'; readonly accountId: string }
+  | { readonly kind: 'caller'; readonly plan: string; readonly accountId: string | null };
+
+/**
+ * A read's outcome as the read side knows it: the domain value, the audience that sees the same value,
+ * and the namespaces of the change log it is made of (`svc`, an account id, or both), whose changes
+ * make it stale (D26).
+ */
+export interface Seen<T> {
+  readonly value: T;
+  readonly audience: Audience | null;
+  readonly namespaces: readonly string[];
+}
+
+/**
+ * Who else sees exactly what `principal` sees of something owned by `catalogAccountId` (null for the
+ * service). Visibility decides service-owned content by its own state alone, never by the caller's
+ * account, so every caller sees the same of it, and plans set some callers apart; an account's content
+ * is seen by that account only.
+ */
+export function audienceOf(principal: Principal, catalogAccountId: string | null): Audience {
+  return catalogAccountId === null
+    ? { kind: 'service', plan: principal.plan }
+    : { kind: 'account', accountId: catalogAccountId };
+}
+
+/** The caller's own view: what a read is shared under while it is not known whose content it holds. */
+export function callerAudience(principal: Principal): Audience {
+  return { kind: 'caller', plan: principal.plan, accountId: principal.accountId };
+}
+
+/**
+ * The audiences whose view of one Resource (or its versions) `principal` shares, before it is known
+ * whose the Resource is: the service's for its plan, then its account's.
+ */
+export function itemAudiences(principal: Principal): readonly Audience[] {
+  const service = audienceOf(principal, null);
+  return principal.accountId === null ? [service] : [service, audienceOf(principal, principal.accountId)];
+}
+
+/**
+ * The view of the Catalogs of an account (the Catalogs list mixes them with the service's, which
+ * every account sees alike, so it is one account's view whatever the caller's plan). A caller with no
+ * account selected sees the service's alone, under a caller view of its own.
+ */
+export function accountView(principal: Principal): Audience {
+  return principal.accountId === null
+    ? callerAudience(principal)
+    : { kind: 'account', accountId: principal.accountId };
+}
+
+/** The namespace of what `catalogAccountId` (null for the service) owns. */
+export function namespaceOf(catalogAccountId: string | null): string {
+  return catalogAccountId ?? SERVICE_NAMESPACE;
+}
+
+/** What a list of Catalogs in `principal`'s view is made of: the service's, and its account's. */
+export function viewNamespaces(principal: Principal): readonly string[] {
+  return principal.accountId === null ? [SERVICE_NAMESPACE] : [SERVICE_NAMESPACE, principal.accountId];
+}
