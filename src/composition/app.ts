@@ -170,6 +170,8 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
         allErrors: true,
         coerceTypes: 'array',
         useDefaults: true,
+        // Each error carries the schema that holds it: an unknown field's problem lists the known ones.
+        verbose: true,
       },
     },
     schemaController: { compilersFactory: { buildValidator: validatorPerPart } },

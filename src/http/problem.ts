@@ -24,10 +24,10 @@ import {
   MAX_LISTED_PROBLEMS,
   MAX_PROBLEM_DETAIL,
   MAX_PROBLEM_TEXT,
-  PATTERN_RULES,
   type Problem,
   type ProblemCode,
 } from '../schemas/common.js';
+import { fieldProblems, type SchemaError } from '../schemas/schema-check.js';
 import { withQueryProblems } from './query.js';
 
 const TITLES: Record<ProblemCode, string> = {
@@ -108,81 +108,16 @@ const CONTEXTS: Record<string, InputLocation> = {
   headers: 'header',
 };
 
-export interface AjvError {
-  instancePath: string;
-  keyword: string;
-  message?: string;
-  params: Record<string, unknown>;
-}
-
 /**
- * Ajv reports every keyword a value fails (`maxLength` and `pattern` of one id): one problem per field
- * is listed, the one that says most (its rule in words, its allowed values, its type).
+ * The problems of a part of a request that failed its schema, one per field (schemas/schema-check.ts,
+ * the one translator), each placed in the part it came from.
  */
-export function onePerField(location: InputLocation, errors: readonly AjvError[]): InputProblem[] {
-  const chosen = new Map<string, { problem: InputProblem; rank: number }>();
-  for (const error of errors) {
-    const problem = toInputProblem(location, error);
-    const key = `${problem.in}\u0000${problem.name}\u0000${error.instancePath}`;
-    const rank = TELLING.indexOf(error.keyword) === -1 ? TELLING.length : TELLING.indexOf(error.keyword);
-    const held = chosen.get(key);
-    if (!held || rank < held.rank) chosen.set(key, { problem, rank });
-  }
-  return [...chosen.values()].map(({ problem }) => problem);
-}
-
-/** Keywords whose message says most about what a value must be, best first. */
-const TELLING = ['required', 'additionalProperties', 'type', 'pattern', 'enum', 'format'];
-
-/** A field's name as a caller writes it: `resources[3].content`, `scopes[0]`. */
-function fieldPath(segments: readonly string[]): string {
-  let path = '';
-  for (const segment of segments) {
-    if (/^\d+$/.test(segment)) path += `[${segment}]`;
-    else path += path === '' ? segment : `.${segment}`;
-  }
-  return path;
-}
-
-/** Turns one schema-validation error into a problem that names its field. */
-function toInputProblem(location: InputLocation, error: AjvError): InputProblem {
-  const segments = error.instancePath.split('/').filter(Boolean);
-  // A query parameter is named as the caller sent it (`kind`), not by the path of one element of
-  // the array it was parsed into (`kind.1`); the element goes into the message instead.
-  const element = location === 'query' && segments.length > 1 ? `element ${Number(segments[1]) + 1} ` : '';
-  const base = element ? segments[0]! : fieldPath(segments);
-  const join = (child: string) => (base ? `${base}.${child}` : child);
-  switch (error.keyword) {
-    case 'required':
-      return { in: location, name: join(String(error.params.missingProperty)), message: 'is required' };
-    case 'additionalProperties': {
-      const name = join(String(error.params.additionalProperty));
-      const what = location === 'query' ? 'parameter' : 'field';
-      return { in: location, name, message: `is not a known ${what}` };
-    }
-    case 'enum': {
-      const allowed = (error.params.allowedValues as unknown[] | undefined)?.join(', ');
-      return { in: location, name: base || '(root)', message: `${element}must be one of: ${allowed}` };
-    }
-    case 'pattern': {
-      const rule = PATTERN_RULES[String(error.params.pattern)];
-      return {
-        in: location,
-        name: base || '(root)',
-        message: `${element}${rule ?? error.message ?? 'is invalid'}`,
-      };
-    }
-    case 'type': {
-      const type = String(error.params.type);
-      return {
-        in: location,
-        name: base || '(root)',
-        message: `${element}must be ${/^[aeiou]/.test(type) ? 'an' : 'a'} ${type}`,
-      };
-    }
-    default:
-      return { in: location, name: base || '(root)', message: `${element}${error.message ?? 'is invalid'}` };
-  }
+export function onePerField(location: InputLocation, errors: readonly SchemaError[]): InputProblem[] {
+  return fieldProblems(errors, { parameters: location === 'query' }).map(({ name, message }) => ({
+    in: location,
+    name: name || '(root)',
+    message,
+  }));
 }
 
 /** Errors the router raises before any route runs: a path it cannot decode, or a value past its limit. */
@@ -210,7 +145,7 @@ function classify(error: FastifyError | Error): {
   const fastifyError = error as FastifyError;
   if (fastifyError.validation) {
     const location = CONTEXTS[fastifyError.validationContext ?? 'body'] ?? 'body';
-    const errors = onePerField(location, fastifyError.validation as unknown as AjvError[]);
+    const errors = onePerField(location, fastifyError.validation as unknown as SchemaError[]);
     return { status: 400, code: 'invalid_request', detail: 'The request is invalid.', errors };
   }
   if (error instanceof LimitError) return { status: 400, code: 'limit_reached', detail: error.message };

@@ -1,10 +1,10 @@
-import AjvCompiler from '@fastify/ajv-compiler';
 import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox';
 import { ContentTooLargeError, InputError, type InputProblem } from '../foundation/errors.js';
 import { yieldIfBusy } from '../foundation/pace.js';
 import { holdsAtMost } from '../foundation/value-size.js';
 import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
-import { type AjvError, onePerField } from './problem.js';
+import { compileCheck, type SchemaCheck, type SchemaError } from '../schemas/schema-check.js';
+import { onePerField } from './problem.js';
 
 /** D20: checking stops here; the answer lists the first 20 and says that more may follow. */
 const MAX_CHECKED_PROBLEMS = MAX_LISTED_PROBLEMS + 1;
@@ -20,19 +20,6 @@ const MAX_CHECKED_PROBLEMS = MAX_LISTED_PROBLEMS + 1;
 const DESCRIBED_PARTS = 100;
 const DESCRIBED_TEXT = 64 * 1024;
 
-type Validate = ((value: unknown) => boolean) & { errors?: AjvError[] | null };
-
-const compilers = AjvCompiler();
-/** The options of the app's body validator (app.ts): no coercion, nothing dropped, defaults filled. */
-const BODY_OPTIONS = { removeAdditional: false, coerceTypes: false, useDefaults: true } as const;
-const firstProblem = compilers({}, { customOptions: { ...BODY_OPTIONS, allErrors: false } });
-const everyProblem = compilers({}, { customOptions: { ...BODY_OPTIONS, allErrors: true } });
-
-function compile(schema: TSchema, every: boolean): Validate {
-  const compiler = every ? everyProblem : firstProblem;
-  return compiler({ schema, method: 'PUT', url: '(sliced body)', httpPart: 'body' }) as unknown as Validate;
-}
-
 /** Body schemas whose routes check their bodies with {@link SlicedBody}, not with Fastify's validator. */
 const checkedInSlices = new WeakSet<object>();
 
@@ -42,7 +29,7 @@ export function isCheckedInSlices(schema: unknown): boolean {
 }
 
 /** Every problem of a describable value, or the first one (already found by `first`) otherwise. */
-function problemsOf(first: Validate, every: Validate, value: unknown): AjvError[] {
+function problemsOf(first: SchemaCheck, every: SchemaCheck, value: unknown): SchemaError[] {
   if (holdsAtMost(value, DESCRIBED_PARTS, DESCRIBED_TEXT)) {
     try {
       if (!every(value)) return every.errors ?? [];
@@ -63,9 +50,9 @@ function problemsOf(first: Validate, every: Validate, value: unknown): AjvError[
  * to leave it alone).
  */
 export class SlicedBody<T extends TObject> {
-  private readonly headFirst: Validate;
-  private readonly headEvery: Validate;
-  private readonly item: { readonly first: Validate; readonly every: Validate } | undefined;
+  private readonly headFirst: SchemaCheck;
+  private readonly headEvery: SchemaCheck;
+  private readonly item: { readonly first: SchemaCheck; readonly every: SchemaCheck } | undefined;
 
   /** @param listField the long list, checked element by element; none for a body of fields alone. */
   constructor(
@@ -80,11 +67,11 @@ export class SlicedBody<T extends TObject> {
             { ...schema.properties, [listField]: Type.Array(Type.Unknown()) },
             { additionalProperties: schema.additionalProperties },
           );
-    this.headFirst = compile(head, false);
-    this.headEvery = compile(head, true);
+    this.headFirst = compileCheck(head, false);
+    this.headEvery = compileCheck(head, true);
     if (listField !== undefined) {
       const items = (schema.properties[listField] as TSchema & { items: TSchema }).items;
-      this.item = { first: compile(items, false), every: compile(items, true) };
+      this.item = { first: compileCheck(items, false), every: compileCheck(items, true) };
     }
     checkedInSlices.add(schema);
   }
@@ -98,7 +85,7 @@ export class SlicedBody<T extends TObject> {
     let stoppedEarly = false;
     const full = () => problems.length >= MAX_CHECKED_PROBLEMS;
     // `first` has just refused the value: its one problem is known whatever the value's size.
-    const describe = (first: Validate, every: Validate, value: unknown, at: string) => {
+    const describe = (first: SchemaCheck, every: SchemaCheck, value: unknown, at: string) => {
       const errors = problemsOf(first, every, value).map((error) => ({
         ...error,
         instancePath: at + error.instancePath,

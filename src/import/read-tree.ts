@@ -18,8 +18,8 @@ import { byText } from '../foundation/text-order.js';
 import type { LifecycleStatus } from '../schemas/common.js';
 import { MAX_CATALOG_RESOURCES, type ResourceKind, type StorageBackend } from '../schemas/playbook.js';
 import { readContentFile, tooLarge } from './content-file.js';
-import { catalogFileChecker, type ResourceFile, resourceFileChecker, slugChecker } from './file-schemas.js';
-import { schemaProblems, slugRule } from './schema-problems.js';
+import { catalogFileCheck, type ResourceFile, resourceFileCheck } from './file-schemas.js';
+import { schemaProblems, slugProblem } from './schema-problems.js';
 
 /** Files read at once: enough to keep the disk busy, few enough to stay far from descriptor limits. */
 const READ_CONCURRENCY = 32;
@@ -156,7 +156,8 @@ function emptyListing(name: string, root: string, problems: string[]): FolderLis
 async function listCatalogFolder(root: string, name: string, maxResources: number): Promise<FolderListing> {
   const absolute = path.join(root, name);
   const problems: string[] = [];
-  if (!slugChecker.Check(name)) problems.push(`${name}: folder name: ${slugRule(name)}`);
+  const nameProblem = slugProblem(name);
+  if (nameProblem) problems.push(`${name}: folder name: ${nameProblem}`);
 
   const resourcesDir = path.join(absolute, 'resources');
   let entries: Dirent[] = [];
@@ -185,7 +186,8 @@ async function listCatalogFolder(root: string, name: string, maxResources: numbe
       continue;
     }
     const slug = entry.name.slice(0, -'.json'.length);
-    if (!slugChecker.Check(slug)) problems.push(`${display}: file name: ${slugRule(slug)}`);
+    const slugIssue = slugProblem(slug);
+    if (slugIssue) problems.push(`${display}: file name: ${slugIssue}`);
     resources.push(slug);
   }
   if (resources.length > maxResources) {
@@ -210,8 +212,8 @@ async function readCatalogFile(listing: FolderListing): Promise<CatalogReading> 
   if (stat?.isSymbolicLink()) return { problems: [`${display}: is a symbolic link; it must be a real file`] };
   const json = await readJson(file, display, true);
   if ('problem' in json) return { problems: [json.problem] };
-  const problems = schemaProblems(catalogFileChecker, json.value, display);
-  if (problems.length > 0 || !catalogFileChecker.Check(json.value)) return { problems };
+  const problems = schemaProblems(catalogFileCheck, json.value, display);
+  if (problems.length > 0 || !catalogFileCheck(json.value)) return { problems };
   const spec = json.value;
   return {
     problems,
@@ -336,7 +338,7 @@ async function parseResourceFile(entry: ResourceEntry, folder: CatalogFolder): P
   const json = await readJson(entry.absolute, display, false);
   if ('problem' in json) return { problems: [json.problem] };
   const value = json.value;
-  const problems = schemaProblems(resourceFileChecker, value, display);
+  const problems = schemaProblems(resourceFileCheck, value, display);
   if (!isObject(value)) return { problems };
 
   const inline = value.content;
@@ -355,7 +357,7 @@ async function parseResourceFile(entry: ResourceEntry, folder: CatalogFolder): P
   if (content !== undefined && utf8Size(content) > folder.maxContentBytes) {
     problems.push(`${display}: content: ${tooLarge(utf8Size(content), folder.maxContentBytes)}`);
   }
-  if (problems.length > 0 || content === undefined || !resourceFileChecker.Check(value)) return { problems };
+  if (problems.length > 0 || content === undefined || !resourceFileCheck(value)) return { problems };
   return {
     problems,
     spec: value,

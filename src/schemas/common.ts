@@ -24,7 +24,7 @@ export const CONTROLS = '\\u0000-\\u001F\\u007F-\\u009F\\u202A-\\u202E\\u2066-\\
  * D21: no UTF-16 surrogate outside a pair. Valid UTF-8 cannot carry one, but a JSON escape (`"\\ud800"`)
  * can, and such text has no UTF-8 form: stored or sent on, it would silently become U+FFFD. Written with
  * lookarounds rather than as a class so that it means the same with the `u` flag and without: Ajv
- * compiles patterns with it (a pair is one code point), TypeBox's checker of import files and many
+ * compiles patterns with it (a pair is one code point), many
  * readers of the OpenAPI document without it (a pair is two code units). Lazy: an early one is found early.
  */
 const NO_LONE_SURROGATE =

@@ -264,7 +264,13 @@ describe('#6, #9 and D20, D21: input hygiene and bounded answers', () => {
         `{"name":"x","accountId":"acme","scopes":["playbook:read"],"${field}":1}`,
       );
       expect(answer.statusCode).toBe(400);
-      expect(answer.json().errors).toEqual([{ in: 'body', name: field, message: 'is not a known field' }]);
+      expect(answer.json().errors).toEqual([
+        {
+          in: 'body',
+          name: field,
+          message: 'is not a known field (known: name, accountId, scopes, expiresAt)',
+        },
+      ]);
     },
   );
 
