@@ -11,16 +11,9 @@ import {
   NotFoundError,
 } from '../foundation/errors.js';
 import { type PageRequest, readPage } from '../foundation/paging.js';
-import type {
-  ApiKey,
-  ApiKeyPage,
-  CreateApiKeyBody,
-  CreatedApiKey,
-  Environment,
-  Scope,
-} from '../schemas/identity.js';
+import { type Environment, generateApiKey, parseApiKey } from '../schemas/api-key-format.js';
+import type { ApiKey, ApiKeyPage, CreateApiKeyBody, CreatedApiKey, Scope } from '../schemas/identity.js';
 import * as repo from './api-key-repository.js';
-import { generateApiKey, parseApiKey } from './key-format.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 

@@ -1,9 +1,10 @@
 import { LRUCache } from 'lru-cache';
 import type { Broadcast } from '../foundation/broadcast.js';
 import { AuthenticationError } from '../foundation/errors.js';
-import type { Environment, Scope } from '../schemas/identity.js';
+import type { Environment } from '../schemas/api-key-format.js';
+import { apiKeyParts, parseApiKey } from '../schemas/api-key-format.js';
+import type { Scope } from '../schemas/identity.js';
 import type { ApiKeyWithPlan } from './api-key-repository.js';
-import { apiKeyParts, parseApiKey } from './key-format.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 

@@ -2,6 +2,7 @@ import type { FastifyRequest } from 'fastify';
 import type { AccountPlans } from '../accounts/account-plans.js';
 import { DEFAULT_PLAN } from '../accounts/accounts.js';
 import { AuthenticationError, ForbiddenError, InputError } from '../foundation/errors.js';
+import { looksLikeApiKey } from '../schemas/api-key-format.js';
 import type { Scope } from '../schemas/identity.js';
 import type { AccessTokenVerifier } from './access-tokens.js';
 import type { ApiKeyVerifier, VerifiedApiKey } from './api-key-verifier.js';
@@ -114,7 +115,7 @@ export class CredentialAuthenticator implements Authenticator {
       throw new AuthenticationError('the Authorization header must be "Bearer <access token>"', 'malformed');
     }
     // An API key sent as a bearer token is a common slip: say where it goes, never echo it.
-    if (token.startsWith('svc_sk_')) {
+    if (looksLikeApiKey(token)) {
       throw new AuthenticationError(
         'the access token is malformed: this looks like an API key, which goes in the x-api-key header, not Authorization: Bearer',
         'malformed',

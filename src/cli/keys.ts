@@ -1,10 +1,10 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { findApiKeys } from '../auth/key-format.js';
 import { byText } from '../foundation/text-order.js';
+import { findApiKeys, KEY_ID_PATTERN } from '../schemas/api-key-format.js';
 import type { ApiKey } from '../schemas/identity.js';
-import { ACCOUNT_ID_PATTERN, KEY_ID_PATTERN } from '../schemas/identity.js';
+import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import { type CliContext, CommandError } from './context.js';
 import { printable } from './printable.js';
 

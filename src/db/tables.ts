@@ -1,6 +1,6 @@
 import type { ColumnType, Insertable, Kysely, Selectable } from 'kysely';
+import type { Environment } from '../schemas/api-key-format.js';
 import type { LifecycleStatus } from '../schemas/common.js';
-import type { Environment } from '../schemas/identity.js';
 import type { ResourceKind, StorageBackend, VersionStatus } from '../schemas/playbook.js';
 
 /**

@@ -1,3 +1,5 @@
+import { API_KEY_PREFIX } from '../schemas/api-key-format.js';
+
 /**
  * D21: no credential is ever logged, traced or echoed. Whatever the service writes about a request
  * (its access line, an error log, a span, a problem document) goes through here, so that the rule
@@ -33,7 +35,7 @@ const NAME_START = /[&?]/g;
  * An API key's run (D8), generous: the prefix and every word character after it, so that a key cut
  * short, glued to other text or followed by more is still covered whole.
  */
-const KEY_RUN = /svc_sk_\w*/g;
+const KEY_RUN = new RegExp(`${API_KEY_PREFIX}\\w*`, 'g');
 /**
  * Base64url parts joined by dots, at least three of them: where a JWS (three) or a JWE (five) may be.
  * Only from the start of a run, which keeps the search linear in the length of the text.
@@ -212,7 +214,7 @@ function isHex(code: number): boolean {
 /** Credential-shaped runs of `text` as it is: API keys, and dotted runs from a JSON header on. */
 function runsIn(text: string): Span[] {
   const spans: Span[] = [];
-  if (text.includes('svc_sk_')) {
+  if (text.includes(API_KEY_PREFIX)) {
     for (const match of text.matchAll(KEY_RUN)) spans.push([match.index, match.index + match[0].length]);
   }
   if (text.includes('.')) {

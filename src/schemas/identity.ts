@@ -1,14 +1,8 @@
 import { type Static, Type } from '@sinclair/typebox';
+import { API_KEY_PATTERN, ENVIRONMENTS, KEY_ID_PATTERN } from './api-key-format.js';
 import { DateTime, Name, Page, PageQuery, StringEnum } from './common.js';
 
 /** The identity area (D8): API keys, created and managed with a user access token. */
-
-/** The deployments a key works in (D8): test keys on test deployments, live keys on live ones. */
-export const ENVIRONMENTS = ['test', 'live'] as const;
-export type Environment = (typeof ENVIRONMENTS)[number];
-
-/** Key ids as D8 bounds them; what the service mints is 16 characters long. */
-export const KEY_ID_PATTERN = '^[A-Za-z0-9]{12,32}$';
 
 /** What names the service's own content, in paths and in the change log's namespaces (D26): no account. */
 export const SERVICE_OWNER = 'svc';
@@ -78,7 +72,7 @@ export const CreatedApiKey = Type.Object({
   ...keyFields,
   key: Type.String({
     maxLength: 200,
-    pattern: '^svc_sk_(test|live)_[A-Za-z0-9]{12,32}_[A-Za-z0-9]{32,128}$',
+    pattern: API_KEY_PATTERN,
     description: 'the whole key string, to send as x-api-key; shown once and never again',
   }),
 });

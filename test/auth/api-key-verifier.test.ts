@@ -1,8 +1,8 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { ApiKeyLookup } from '../../src/auth/api-key-verifier.js';
-import { composeApiKey, generateApiKey, parseApiKey } from '../../src/auth/key-format.js';
 import { type SecretHasher, sha256Hasher } from '../../src/auth/secret-digest.js';
 import { AuthenticationError } from '../../src/foundation/errors.js';
+import { composeApiKey, generateApiKey, parseApiKey } from '../../src/schemas/api-key-format.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 

@@ -9,7 +9,11 @@ import {
   parseApiKey,
   type ResponseInfo,
 } from '../../clients/typescript/src/index.js';
-import { composeApiKey, generateApiKey, parseApiKey as serverParse } from '../../src/auth/key-format.js';
+import {
+  composeApiKey,
+  generateApiKey,
+  parseApiKey as serverParse,
+} from '../../src/schemas/api-key-format.js';
 import { listenLocally } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';

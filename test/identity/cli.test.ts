@@ -4,8 +4,8 @@ import { Writable } from 'node:stream';
 import { decodeJwt } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEV_KEY_FILE } from '../../src/auth/dev-signer.js';
-import { composeApiKey } from '../../src/auth/key-format.js';
 import { main } from '../../src/cli/program.js';
+import { composeApiKey } from '../../src/schemas/api-key-format.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { composeApiKey, generateApiKey } from '../../src/auth/key-format.js';
 import { holdsCredential, redactCredentials, redactUrl } from '../../src/foundation/redact-url.js';
+import { composeApiKey, generateApiKey } from '../../src/schemas/api-key-format.js';
 
 const TEST_KEY = generateApiKey('test');
 const LIVE_KEY = generateApiKey('live');

@@ -1,9 +1,9 @@
 import { randomInt } from 'node:crypto';
 import { crc32 } from 'node:zlib';
-import type { Environment } from '../schemas/identity.js';
 
 /**
- * The API key string of D8: `svc_sk_<environment>_<keyId>_<secret>`.
+ * The API key string of D8, `svc_sk_<environment>_<keyId>_<secret>`: the one module that knows its
+ * shape. The schemas, the authenticator, the redaction of logs and the key scanner all ask it.
  *
  * - `keyId`: 16 random base62 characters; public, the storage lookup key.
  * - `secret`: 33 random base62 characters (33 × log2 62 ≈ 196 bits) followed by a 6-character base62
@@ -11,17 +11,40 @@ import type { Environment } from '../schemas/identity.js';
  *   without touching storage, and lets a secret scanner tell a real key from a look-alike.
  */
 
+/** The deployments a key works in (D8): test keys on test deployments, live keys on live ones. */
+export const ENVIRONMENTS = ['test', 'live'] as const;
+export type Environment = (typeof ENVIRONMENTS)[number];
+
+/** What every key starts with: what tells a key from any other credential, and what scanners look for. */
+export const API_KEY_PREFIX = 'svc_sk_';
+
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 const KEY_ID_LENGTH = 16;
 const SECRET_RANDOM_LENGTH = 33;
 const CHECKSUM_LENGTH = 6;
+/** D8's bounds: a key id of 12-32 characters, a secret of at least 32 (here at most 128). */
+const KEY_ID = '[A-Za-z0-9]{12,32}';
+const SECRET = '[A-Za-z0-9]{32,128}';
+const ENVIRONMENT = `(?:${ENVIRONMENTS.join('|')})`;
+
+/** A key id as D8 bounds it; what the service mints is 16 characters long. */
+export const KEY_ID_PATTERN = `^${KEY_ID}$`;
+/** The whole key string, for schemas (the creation answer's `key`): the checksum is not a pattern. */
+export const API_KEY_PATTERN = `^${API_KEY_PREFIX}${ENVIRONMENT}_${KEY_ID}_${SECRET}$`;
 
 /**
  * One anchored pattern for the whole string. The secret is at least 32 characters (D8), its last six
  * the checksum; the bounds keep the match linear and the input short.
  */
-const KEY_PATTERN = /^svc_sk_(test|live)_([A-Za-z0-9]{12,32})_([A-Za-z0-9]{26,122})([A-Za-z0-9]{6})$/;
-const MAX_KEY_LENGTH = 8 + 5 + 32 + 1 + 128;
+const KEY_PATTERN = new RegExp(
+  `^${API_KEY_PREFIX}(${ENVIRONMENTS.join('|')})_(${KEY_ID})_([A-Za-z0-9]{26,122})([A-Za-z0-9]{${CHECKSUM_LENGTH}})$`,
+);
+const MAX_KEY_LENGTH = API_KEY_PREFIX.length + 5 + 32 + 1 + 128;
+
+/** Whether a credential is meant as an API key (it may still be malformed): it has the key's prefix. */
+export function looksLikeApiKey(text: string): boolean {
+  return text.startsWith(API_KEY_PREFIX);
+}
 
 /** The parts of a well-formed key whose checksum holds. */
 export interface ParsedApiKey {
@@ -55,7 +78,7 @@ function checksum(body: string): string {
 
 /** The key string of given parts, its checksum appended. */
 export function composeApiKey(environment: Environment, keyId: string, random: string): string {
-  const body = `svc_sk_${environment}_${keyId}_${random}`;
+  const body = `${API_KEY_PREFIX}${environment}_${keyId}_${random}`;
   return body + checksum(body);
 }
 
@@ -106,8 +129,10 @@ export interface FoundKey {
 }
 
 /** Key-shaped runs of text: the prefix, then what D8's bounds allow, not glued to other word characters. */
-const KEY_SHAPED =
-  /(?<![A-Za-z0-9_])svc_sk_(?:test|live)_[A-Za-z0-9]{12,32}_[A-Za-z0-9]{32,128}(?![A-Za-z0-9])/g;
+const KEY_SHAPED = new RegExp(
+  `(?<![A-Za-z0-9_])${API_KEY_PREFIX}${ENVIRONMENT}_${KEY_ID}_${SECRET}(?![A-Za-z0-9])`,
+  'g',
+);
 
 /**
  * Finds key-shaped strings in a text (D22, `playbook keys scan`), checking each checksum offline: a

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { generateApiKey, parseApiKey } from '../../src/auth/key-format.js';
+import { generateApiKey, parseApiKey } from '../../src/schemas/api-key-format.js';
 
 describe('API key format (D8)', () => {
   it('mints svc_sk_<env>_<16-char keyId>_<33 random + 6 checksum> keys that parse back', () => {
