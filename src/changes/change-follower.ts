@@ -70,11 +70,6 @@ export class ChangeFollower {
     return () => this.listeners.delete(listener);
   }
 
-  /** The `seq` followed up to, once the first read has been made. */
-  get seq(): number | undefined {
-    return this.position;
-  }
-
   /** Reads the head, then keeps following the log until `stop()`. */
   async start(): Promise<void> {
     if (this.timer) return;
