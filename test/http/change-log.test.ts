@@ -1,7 +1,11 @@
-import type { FastifyInstance } from 'fastify';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { setAccount } from '../../src/accounts/accounts.js';
 import { readChangesAfter, readHead } from '../../src/changes/change-log.js';
 import { UnitOfWork, type WriteName } from '../../src/changes/unit-of-work.js';
+import { ImportValidationError, importTree } from '../../src/import/import-tree.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { loggedChanges } from '../helpers/changes.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
@@ -17,6 +21,9 @@ import { dumpStorage } from '../import/support.js';
 
 const CATALOG = '/v3/playbook/catalogs/org/handbook';
 const KEYS = '/v3/identity/api-keys';
+
+/** What a write came to, over HTTP or from an operator's command. */
+type Outcome = Pick<LightMyRequestResponse, 'statusCode' | 'body' | 'headers' | 'json'>;
 
 /** What a decision is: the write done, or refused for a reason the caller can act on. */
 const DECISIONS = new Set([200, 201, 204, 409, 412]);
@@ -64,18 +71,62 @@ describe('the change log and the one unit of work (D26)', () => {
     });
 
   it('20 concurrent writes of every kind to one Catalog: each answer a decision, none a 5xx, every change logged once', async () => {
+    // Keys to roll and to revoke while the rest write, and an import tree of the same Catalog.
+    const toRoll = await Promise.all(
+      [1, 2].map((n) => identity.mintKey({ accountId: 'acme', name: `roll ${n}` })),
+    );
+    const toRevoke = await Promise.all(
+      [1, 2].map((n) => identity.mintKey({ accountId: 'acme', name: `revoke ${n}` })),
+    );
+    const tree = path.join(backend.workDir, 'concurrent-import');
+    await fs.mkdir(path.join(tree, 'handbook', 'resources'), { recursive: true });
+    await fs.writeFile(
+      path.join(tree, 'handbook', 'catalog.json'),
+      JSON.stringify({ name: 'Handbook (imported)', version: 'imported' }),
+    );
+    await fs.writeFile(
+      path.join(tree, 'handbook', 'resources', 'imported.json'),
+      JSON.stringify({
+        kind: 'document',
+        title: 'Imported',
+        version: '1',
+        mediaType: 'text/markdown',
+        content: 'x',
+      }),
+    );
     const before = await readHead(backend.databases.primary);
-    const writes = Array.from({ length: 20 }, (_, i) => {
-      switch (i % 7) {
+    /** An operator's write, outside HTTP: its outcome as the status a caller would see. */
+    const operator = async (write: () => Promise<unknown>): Promise<Outcome> => {
+      const outcome = (statusCode: number, body: string): Outcome => ({
+        statusCode,
+        body,
+        headers: {},
+        json: <T>() => ({}) as T,
+      });
+      try {
+        await write();
+        return outcome(200, '');
+      } catch (error) {
+        // A refusal the operator can act on (an import's plan refused) is a decision; anything else is not.
+        return error instanceof ImportValidationError
+          ? outcome(409, error.message)
+          : outcome(500, String(error));
+      }
+    };
+    const writes = Array.from({ length: 20 }, (_, i): Promise<Outcome> => {
+      switch (i) {
         case 0:
+        case 10:
           return put(CATALOG, {
             name: `Handbook ${i}`,
             version: `c${i}`,
             resources: [resource('intro'), resource(`from-catalog-${i}`)],
           });
         case 1:
+        case 11:
           return put(`${CATALOG}/resources/extra-${i}`, single(`extra-${i}`));
         case 2:
+        case 12:
           return app.inject({
             method: 'POST',
             url: `${CATALOG}/versions`,
@@ -83,12 +134,36 @@ describe('the change log and the one unit of work (D26)', () => {
             payload: { version: `p${i}` },
           });
         case 3:
-          // The same version label for other content: one is stored, the others are 409 (or 200 once equal).
+        case 13:
+          // The same version label for other content: one is stored, the other is 409 (or 200 once equal).
           return put(`${CATALOG}/resources/shared`, single('shared', { content: `shared ${i}` }));
         case 4:
           return app.inject({ method: 'DELETE', url: `${CATALOG}/resources/intro`, headers: writer });
+        case 14:
+          // The Catalog archived; the writes after it in the turn refuse or bring it back.
+          return app.inject({ method: 'DELETE', url: CATALOG, headers: writer });
         case 5:
+        case 15:
           return createKey(token, `concurrent ${i}`);
+        case 6:
+        case 16: {
+          const key = toRoll[(i - 6) / 10]!;
+          return app.inject({ method: 'POST', url: `${KEYS}/${key.id}/roll`, headers: token, payload: {} });
+        }
+        case 7:
+        case 17: {
+          const key = toRevoke[(i - 7) / 10]!;
+          return app.inject({ method: 'DELETE', url: `${KEYS}/${key.id}`, headers: token });
+        }
+        case 8:
+          return operator(() => setAccount(identity.writes, 'acme', { plan: 'pro' }));
+        case 18:
+          return operator(() =>
+            importTree(
+              { db: backend.databases.primary, objectStore: backend.objectStore, writes: identity.writes },
+              { dir: tree, owner: { kind: 'account', accountId: 'acme' }, dryRun: false },
+            ),
+          );
         default:
           return put(
             `${CATALOG}/resources/intro`,
@@ -107,12 +182,24 @@ describe('the change log and the one unit of work (D26)', () => {
     expect(changes.map((change) => change.seq)).toEqual(changes.map((_, i) => before + i + 1));
     expect(await readHead(backend.databases.primary)).toBe(before + changes.length);
     // Each write that answered with a request id and changed something has its changes under it.
-    const keyWrites = answers.filter((answer, i) => i % 7 === 5 && answer.statusCode === 201);
-    for (const answer of keyWrites) {
-      const logged = changes.filter((change) => change.requestId === answer.headers['x-request-id']);
-      expect(logged.map((change) => change.type)).toEqual(['api_key.created']);
-      expect(logged[0]?.target).toEqual({ kind: 'api_key', id: answer.json().id });
+    const logged = (i: number) =>
+      changes.filter((change) => change.requestId === answers[i]!.headers['x-request-id']);
+    for (const i of [5, 15]) {
+      expect(answers[i]!.statusCode).toBe(201);
+      expect(logged(i).map((change) => change.type)).toEqual(['api_key.created']);
+      expect(logged(i)[0]?.target).toEqual({ kind: 'api_key', id: answers[i]!.json().id });
     }
+    for (const i of [6, 16]) {
+      expect(answers[i]!.statusCode).toBe(201);
+      expect(logged(i).map((change) => change.type)).toEqual(['api_key.rolled']);
+    }
+    for (const i of [7, 17]) {
+      expect(answers[i]!.statusCode).toBe(204);
+      expect(logged(i).map((change) => change.type)).toEqual(['api_key.revoked']);
+    }
+    const types = new Set(changes.map((change) => change.type));
+    expect(types).toContain('account.plan_changed');
+    expect(types).toContain('catalog.archived');
     for (const change of changes) expect(change.namespace).toBe('acme');
   });
 
