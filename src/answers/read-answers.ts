@@ -1,5 +1,5 @@
 import type { Principal } from '../auth/principal.js';
-import { type Audience, callerAudience, itemAudiences, type Seen } from '../catalog/audience.js';
+import { type Audience, audienceOf, callerAudience, type Seen } from '../catalog/audience.js';
 import type { PageOf, PlaybookService, PositionsMemo, VersionRead } from '../catalog/playbook-service.js';
 import { pageOf } from '../foundation/paging.js';
 import { Answer, type LazyAnswer, type ReadAnswer, tagOf } from '../http/answer.js';
@@ -136,16 +136,17 @@ export class ReadAnswers {
     );
   }
 
-  /** The answer held for what `principal` may see of one Resource: the service's for its plan, or its account's. */
+  /**
+   * The answer held for what `principal` may see of one Resource: the service's for its plan, or its
+   * account's. The second key is made only when the first misses (the hot path of a busy service).
+   */
   private heldFor(
     principal: Principal,
     key: (audience: Audience | null) => AnswerKey,
   ): ReadAnswer | undefined {
-    for (const audience of itemAudiences(principal)) {
-      const held = this.answers.get(key(audience));
-      if (held !== undefined) return held;
-    }
-    return undefined;
+    const held = this.answers.get(key(audienceOf(principal, null)));
+    if (held !== undefined || principal.accountId === null) return held;
+    return this.answers.get(key(audienceOf(principal, principal.accountId)));
   }
 
   /**

@@ -46,15 +46,6 @@ export function callerAudience(principal: Principal): Audience {
 }
 
 /**
- * The audiences whose view of one Resource (or its versions) `principal` shares, before it is known
- * whose the Resource is: the service's for its plan, then its account's.
- */
-export function itemAudiences(principal: Principal): readonly Audience[] {
-  const service = audienceOf(principal, null);
-  return principal.accountId === null ? [service] : [service, audienceOf(principal, principal.accountId)];
-}
-
-/**
  * The view of the Catalogs of an account (the Catalogs list mixes them with the service's, which
  * every account sees alike, so it is one account's view whatever the caller's plan). A caller with no
  * account selected sees the service's alone, under a caller view of its own.
