@@ -91,6 +91,57 @@ describe('npm start (README)', () => {
     expect((await fetch(`${started.address}/metrics`)).status).toBe(404);
   });
 
+  it('a playbook import run as another process on the same data directory shows in the served answers within a second (D26)', async () => {
+    const run = promisify(execFile);
+    const cli = (...args: string[]) =>
+      run(process.execPath, [path.join(ROOT, 'dist/cli/main.js'), ...args], {
+        env: { ...process.env, PLAYBOOK_DATA_DIR: dataDir, LOG_LEVEL: 'silent' },
+      });
+    const token = (await cli('token', '--user', 'ada', '--account', 'mirror')).stdout.trim();
+    const created = await fetch(`${started.address}/v3/identity/api-keys`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'two processes', accountId: 'mirror', scopes: ['playbook:read'] }),
+    });
+    expect(created.status).toBe(201);
+    const headers = { 'x-api-key': ((await created.json()) as { key: string }).key };
+    const slugs = async () => {
+      const answer = await fetch(`${started.address}/v3/playbook/catalogs?sourceScope=account`, { headers });
+      expect(answer.status).toBe(200);
+      return ((await answer.json()) as { data: { slug: string }[] }).data.map((catalog) => catalog.slug);
+    };
+    // Read twice: the answer is held in memory when the other process writes.
+    expect(await slugs()).toEqual([]);
+    expect(await slugs()).toEqual([]);
+
+    const tree = path.join(dataDir, 'second-process');
+    await fs.mkdir(path.join(tree, 'runbooks', 'resources'), { recursive: true });
+    await fs.writeFile(
+      path.join(tree, 'runbooks', 'catalog.json'),
+      JSON.stringify({ name: 'Runbooks', version: '1' }),
+    );
+    await fs.writeFile(
+      path.join(tree, 'runbooks', 'resources', 'deploy.json'),
+      JSON.stringify({
+        kind: 'document',
+        title: 'Deploy',
+        version: '1',
+        mediaType: 'text/markdown',
+        content: '# Deploy',
+      }),
+    );
+    await cli('import', tree, '--account', 'mirror');
+    const committed = Date.now();
+    let seen: string[] = [];
+    while (Date.now() - committed < 3000) {
+      seen = await slugs();
+      if (seen.length > 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(seen).toEqual(['runbooks']);
+    expect(Date.now() - committed).toBeLessThan(1000);
+  });
+
   it('stops on a SIGTERM sent to the npm process: drains, logs it, exits 0 and leaves no server behind', async () => {
     started.child.kill('SIGTERM');
     const { code } = await started.exited;
