@@ -61,17 +61,6 @@ function credentialInQuery(query: unknown): InputError | undefined {
 }
 
 /** A route option's hooks as a list: Fastify takes one, a list, or none. */
-function _hooksOf<H>(hooks: H | H[] | undefined): H[] {
-  return hooks === undefined ? [] : ([hooks].flat() as H[]);
-}
-
-/** RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400. */
-function _missingHost(request: IncomingMessage): InputError | undefined {
-  if (request.headers.host !== undefined || request.httpVersion === '1.0') return undefined;
-  return InputError.of('header', 'host', 'is required in HTTP/1.1');
-}
-
-/** A route option's hooks as a list: Fastify takes one, a list, or none. */
 function hooksOf<H>(hooks: H | H[] | undefined): H[] {
   return hooks === undefined ? [] : ([hooks].flat() as H[]);
 }
