@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import path from 'node:path';
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
@@ -39,10 +40,10 @@ const EnvSchema = Type.Object({
   PLAYBOOK_RATE_LIMIT_WINDOW_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 60000 }),
   PLAYBOOK_AUTH_FAILURE_MAX: Type.Integer({ minimum: 1, maximum: 1_000_000_000, default: 100 }),
   PLAYBOOK_TRUST_PROXY: Type.String({
-    pattern: '^(false|true|[0-9]{1,2}|[0-9a-fA-F.:/]+(,[0-9a-fA-F.:/]+)*)$',
     default: 'false',
     description: 'false, true, a hop count, or comma-separated proxy addresses/CIDRs',
   }),
+  PLAYBOOK_SHUTDOWN_DELAY_MS: Type.Integer({ minimum: 0, maximum: 600_000, default: 0 }),
   PLAYBOOK_REQUEST_TIMEOUT_MS: Type.Integer({ minimum: 1000, maximum: 3_600_000, default: 30_000 }),
   PLAYBOOK_KEEP_ALIVE_TIMEOUT_MS: Type.Integer({ minimum: 1000, maximum: 3_600_000, default: 72_000 }),
   PLAYBOOK_MAX_CONTENT_BYTES: Type.Integer({
@@ -117,6 +118,11 @@ export interface Config {
   readonly logLevel: string;
   /** Proxies whose `X-Forwarded-For` names the client: none, all, a hop count, or addresses. */
   readonly trustProxy: boolean | number | string[];
+  /**
+   * D31: how long a stopping instance goes on serving after `/readyz` fails, for a load balancer to
+   * stop sending it traffic (`PLAYBOOK_SHUTDOWN_DELAY_MS`).
+   */
+  readonly shutdownDelayMs: number;
 }
 
 /** A configuration value that stops the process; the message names the variable. */
@@ -179,9 +185,11 @@ function parseContentStore(env: Env, dataDir: string): ContentStoreConfig {
       ? { kind: 's3', bucket: match[1]!, prefix }
       : { kind: 's3', bucket: match[1]!, prefix, endpoint };
   }
-  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(location) && !location.startsWith('file://')) {
+  // D31: anything that starts like a URL (a scheme and a colon) is one, and only two kinds are known:
+  // `s3:/bucket` or `https://…` is a mistake to name, not a directory to create.
+  if (/^[a-z][a-z0-9+.-]*:/i.test(location) && !location.startsWith('file://')) {
     throw new ConfigError(
-      `PLAYBOOK_CONTENT_STORE=${withoutCredentials(location)} is not valid: expected a directory or s3://bucket/prefix`,
+      `PLAYBOOK_CONTENT_STORE=${withoutCredentials(location)} is not valid: expected a directory, file:///path or s3://bucket/prefix`,
     );
   }
   return { kind: 'directory', path: path.resolve(location.replace(/^file:\/\//, '')) };
@@ -242,15 +250,47 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     answerCacheBytes: env.PLAYBOOK_ANSWER_CACHE_BYTES,
     logLevel: env.LOG_LEVEL,
     trustProxy: parseTrustProxy(env.PLAYBOOK_TRUST_PROXY),
+    shutdownDelayMs: env.PLAYBOOK_SHUTDOWN_DELAY_MS,
   };
   return deepFreeze(config);
 }
 
+/** Ranges of addresses that the proxy-address matcher knows by name. */
+const NAMED_RANGES = new Set(['loopback', 'linklocal', 'uniquelocal']);
+
+/**
+ * D31: every proxy address or range is checked here, naming the variable, rather than taken on trust
+ * and refused later by the server as it starts (`10.0.0.0/33` once stopped `serve` with a stack trace).
+ */
 function parseTrustProxy(value: string): boolean | number | string[] {
   if (value === 'false') return false;
   if (value === 'true') return true;
-  if (/^[0-9]+$/.test(value)) return Number(value);
-  return value.split(',');
+  if (/^[0-9]{1,2}$/.test(value)) return Number(value);
+  const entries = value.split(',').map((entry) => entry.trim());
+  for (const entry of entries) {
+    const problem = proxyEntryProblem(entry);
+    if (problem) {
+      throw new ConfigError(
+        `PLAYBOOK_TRUST_PROXY=${JSON.stringify(value)} is not valid: ${JSON.stringify(entry)} ${problem}; expected false, true, a hop count (0-99), or comma-separated addresses, CIDR ranges (10.0.0.0/8, fd00::/8) or loopback, linklocal, uniquelocal`,
+      );
+    }
+  }
+  return entries;
+}
+
+/** What is wrong with one proxy entry, if anything. */
+function proxyEntryProblem(entry: string): string | undefined {
+  if (NAMED_RANGES.has(entry)) return undefined;
+  const [address = '', prefix, extra] = entry.split('/');
+  if (extra !== undefined) return 'has more than one "/"';
+  const family = isIP(address);
+  if (family === 0) return 'is not an IP address';
+  if (prefix === undefined) return undefined;
+  const bits = family === 4 ? 32 : 128;
+  if (!/^[0-9]{1,3}$/.test(prefix) || Number(prefix) > bits) {
+    return `has a prefix length that is not 0-${bits}`;
+  }
+  return undefined;
 }
 
 function deepFreeze<T>(value: T): T {

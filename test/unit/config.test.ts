@@ -19,6 +19,7 @@ describe('configuration (D13)', () => {
     expect(config.trustProxy).toBe(false);
     expect(config.timeouts).toEqual({ requestMs: 30_000, keepAliveMs: 72_000 });
     expect(config.answerCacheBytes).toBe(64 * 1024 * 1024);
+    expect(config.shutdownDelayMs).toBe(0);
   });
 
   it('reads every variable it documents', () => {
@@ -46,6 +47,7 @@ describe('configuration (D13)', () => {
       PLAYBOOK_REQUEST_TIMEOUT_MS: '5000',
       PLAYBOOK_KEEP_ALIVE_TIMEOUT_MS: '65000',
       PLAYBOOK_ANSWER_CACHE_BYTES: '0',
+      PLAYBOOK_SHUTDOWN_DELAY_MS: '15000',
       LOG_LEVEL: 'warn',
     });
     expect(config.port).toBe(9090);
@@ -76,6 +78,7 @@ describe('configuration (D13)', () => {
     expect(config.trustProxy).toEqual(['10.0.0.0/8', '127.0.0.1']);
     expect(config.timeouts).toEqual({ requestMs: 5000, keepAliveMs: 65000 });
     expect(config.answerCacheBytes).toBe(0);
+    expect(config.shutdownDelayMs).toBe(15000);
     expect(config.logLevel).toBe('warn');
   });
 
@@ -83,6 +86,11 @@ describe('configuration (D13)', () => {
     ['true', true],
     ['false', false],
     ['2', 2],
+    ['10.0.0.0/8', ['10.0.0.0/8']],
+    ['10.0.0.0/8, 127.0.0.1,fd00::/8', ['10.0.0.0/8', '127.0.0.1', 'fd00::/8']],
+    ['loopback,uniquelocal', ['loopback', 'uniquelocal']],
+    ['0.0.0.0/0', ['0.0.0.0/0']],
+    ['::/128', ['::/128']],
   ])('PLAYBOOK_TRUST_PROXY=%s', (value, expected) => {
     expect(loadConfig({ PLAYBOOK_TRUST_PROXY: value }).trustProxy).toEqual(expected);
   });
@@ -125,10 +133,34 @@ describe('configuration (D13)', () => {
     ['PLAYBOOK_RATE_LIMIT_WINDOW_MS', '10'],
     ['PLAYBOOK_AUTH_FAILURE_MAX', 'many'],
     ['PLAYBOOK_TRUST_PROXY', 'maybe'],
+    // D31: proxy ranges the server would refuse as it starts.
+    ['PLAYBOOK_TRUST_PROXY', '10.0.0.0/33'],
+    ['PLAYBOOK_TRUST_PROXY', '10.0.0.0/8,fd00::/129'],
+    ['PLAYBOOK_TRUST_PROXY', '300.1.1.1'],
+    ['PLAYBOOK_TRUST_PROXY', '1.2.3'],
+    ['PLAYBOOK_TRUST_PROXY', '10.0.0.0/8/1'],
+    ['PLAYBOOK_TRUST_PROXY', '10.0.0.0/x'],
+    ['PLAYBOOK_TRUST_PROXY', '10.0.0.1,'],
+    ['PLAYBOOK_TRUST_PROXY', '100'],
+    // D31: a URL of a scheme the service does not know is no directory.
+    ['PLAYBOOK_CONTENT_STORE', 's3:/nobucket'],
+    ['PLAYBOOK_CONTENT_STORE', 's3:nobucket'],
+    ['PLAYBOOK_CONTENT_STORE', 'https://bucket.example.com/x'],
+    ['PLAYBOOK_SHUTDOWN_DELAY_MS', '-1'],
+    ['PLAYBOOK_SHUTDOWN_DELAY_MS', '600001'],
     ['LOG_LEVEL', 'verbose'],
   ])('stops on %s=%s with a message that names the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^${name}=`));
+  });
+
+  it('names the proxy entry that is wrong, and why', () => {
+    expect(() => loadConfig({ PLAYBOOK_TRUST_PROXY: '127.0.0.1,10.0.0.0/33' })).toThrow(
+      /^PLAYBOOK_TRUST_PROXY="127.0.0.1,10.0.0.0\/33" is not valid: "10.0.0.0\/33" has a prefix length that is not 0-32/,
+    );
+    expect(() => loadConfig({ PLAYBOOK_TRUST_PROXY: 'proxy.internal' })).toThrow(
+      /"proxy.internal" is not an IP address/,
+    );
   });
 
   it.each([
