@@ -1,10 +1,13 @@
 import { LRUCache } from 'lru-cache';
+import { ALWAYS_TRUSTED, type Trust } from '../changes/memory-trust.js';
 import type { Db } from '../db/tables.js';
+import { UnavailableError } from '../foundation/errors.js';
 import { DEFAULT_PLAN } from './accounts.js';
 
 /**
  * The plan of the account a token request acts for (D6, D9), kept for up to `maxAgeMs` so that
- * token requests do not read storage each time; a plan change shows within that time.
+ * token requests do not read storage each time; a plan change shows within that time. During a
+ * database outage a plan read before it is served from memory (D31): no plan can change meanwhile.
  */
 export class AccountPlans {
   private readonly cache: LRUCache<string, { plan: string; at: number }>;
@@ -13,6 +16,7 @@ export class AccountPlans {
     private readonly db: Db,
     private readonly now: () => number = Date.now,
     private readonly maxAgeMs = 1000,
+    private readonly trust: Trust = ALWAYS_TRUSTED,
   ) {
     this.cache = new LRUCache({ max: 10_000 });
   }
@@ -21,12 +25,18 @@ export class AccountPlans {
   async planOf(accountId: string): Promise<string> {
     const now = this.now();
     const cached = this.cache.get(accountId);
-    if (cached && now - cached.at < this.maxAgeMs) return cached.plan;
-    const row = await this.db
-      .selectFrom('accounts')
-      .select('plan')
-      .where('id', '=', accountId)
-      .executeTakeFirst();
+    if (cached && (now - cached.at < this.maxAgeMs || this.trust.outage)) return cached.plan;
+    let row: { plan: string } | undefined;
+    try {
+      row = await this.db
+        .selectFrom('accounts')
+        .select('plan')
+        .where('id', '=', accountId)
+        .executeTakeFirst();
+    } catch (error) {
+      if (error instanceof UnavailableError && cached) return cached.plan;
+      throw error;
+    }
     const plan = row?.plan ?? DEFAULT_PLAN;
     this.cache.set(accountId, { plan, at: now });
     return plan;

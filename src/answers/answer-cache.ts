@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import type { ListPositions } from '../catalog/read-repository.js';
 import type { FollowedChanges } from '../changes/change-follower.js';
+import { ALWAYS_TRUSTED, type Trust } from '../changes/memory-trust.js';
 import { Answer, type ReadAnswer } from '../http/answer.js';
 import { type CountedSeries, Metrics } from '../observability/metrics.js';
 import type { AnswerKey } from './answer-keys.js';
@@ -57,8 +58,16 @@ export class AnswerCache {
   private readonly hit: CountedSeries<'result'>;
   private readonly miss: CountedSeries<'result'>;
 
-  /** @param maxBytes the budget; 0 keeps nothing (every read is made afresh). */
-  constructor(maxBytes: number, metrics: Metrics = new Metrics()) {
+  /**
+   * @param maxBytes the budget; 0 keeps nothing (every read is made afresh).
+   * @param trust whether what is held may be served now (D31): not after a database outage until the
+   *   change log has been followed again, when a held answer may miss a change made meanwhile.
+   */
+  constructor(
+    maxBytes: number,
+    metrics: Metrics = new Metrics(),
+    private readonly trust: Trust = ALWAYS_TRUSTED,
+  ) {
     this.hit = metrics.answerCacheLookups.bind({ result: 'hit' });
     this.miss = metrics.answerCacheLookups.bind({ result: 'miss' });
     this.entries =
@@ -71,7 +80,7 @@ export class AnswerCache {
   }
 
   get(key: AnswerKey): ReadAnswer | undefined {
-    const answer = this.entries?.get(key)?.answer;
+    const answer = this.trust.trusted ? this.entries?.get(key)?.answer : undefined;
     if (answer === undefined) {
       this.misses++;
       this.miss.inc();
@@ -122,7 +131,7 @@ export class AnswerCache {
 
   /** The positions of a list of Resources, kept as answers are, until their namespace changes. */
   positions(key: AnswerKey): ListPositions | undefined {
-    return this.lists.get(key)?.positions;
+    return this.trust.trusted ? this.lists.get(key)?.positions : undefined;
   }
 
   keepPositions(

@@ -1,6 +1,8 @@
 import { LRUCache } from 'lru-cache';
+import type { FollowedChanges } from '../changes/change-follower.js';
+import { ALWAYS_TRUSTED, type Trust } from '../changes/memory-trust.js';
 import type { Broadcast } from '../foundation/broadcast.js';
-import { AuthenticationError } from '../foundation/errors.js';
+import { AuthenticationError, UnavailableError } from '../foundation/errors.js';
 import type { Environment } from '../schemas/api-key-format.js';
 import { apiKeyParts, parseApiKey } from '../schemas/api-key-format.js';
 import type { Scope } from '../schemas/identity.js';
@@ -48,6 +50,12 @@ export interface ApiKeyVerifierOptions {
    */
   readonly revalidateAfterMs?: number;
   readonly maxCachedKeys?: number;
+  /**
+   * D31: during a database outage a key verified before it goes on being accepted from memory (its
+   * expiry still applies, a revocation announced on the bus still evicts it at once): nothing about
+   * a key can change while the database does not answer.
+   */
+  readonly trust?: Trust;
 }
 
 /**
@@ -71,9 +79,11 @@ export class ApiKeyVerifier {
   /** Bumped by every revocation, so that a read that raced one is used once but not cached. */
   private revocationEpoch = 0;
   private readonly unsubscribe: () => void;
+  private readonly trust: Trust;
 
   constructor(private readonly options: ApiKeyVerifierOptions) {
     this.now = options.now ?? Date.now;
+    this.trust = options.trust ?? ALWAYS_TRUSTED;
     this.revalidateAfterMs = options.revalidateAfterMs ?? 1000;
     this.cache = new LRUCache({ max: options.maxCachedKeys ?? 10_000 });
     this.unsubscribe = options.revocations.subscribe((keyId) => {
@@ -96,7 +106,8 @@ export class ApiKeyVerifier {
     const digest = this.options.hasher.digest(parsed.secret);
     const now = this.now();
     const cached = this.cache.get(parsed.keyId);
-    if (!cached || now - cached.validatedAt >= this.revalidateAfterMs) return undefined;
+    if (!cached || (now - cached.validatedAt >= this.revalidateAfterMs && !this.trust.outage))
+      return undefined;
     if (!digestsEqual(digest, cached.digest) || this.refusalOf(cached, now)) return undefined;
     return this.grant(cached, now);
   }
@@ -144,6 +155,30 @@ export class ApiKeyVerifier {
     return { keyId: entry.keyId, accountId: entry.accountId, plan: entry.plan, scopes: entry.scopes };
   }
 
+  /**
+   * What the change log says changed (D26): a key created, rolled or revoked, or its account's plan,
+   * is read from storage again at its next use, however the change reached the log (another instance,
+   * a command on another process) and whether or not Redis announced it.
+   */
+  follow(followed: FollowedChanges): void {
+    if (followed.startAfresh) {
+      this.revocationEpoch++;
+      this.cache.clear();
+      return;
+    }
+    for (const change of followed.changes) {
+      if (change.type.startsWith('api_key.')) {
+        this.revocationEpoch++;
+        this.cache.delete(change.target.id);
+      } else if (change.type === 'account.plan_changed') {
+        this.revocationEpoch++;
+        for (const [keyId, entry] of this.cache.entries()) {
+          if (entry.accountId === change.namespace) this.cache.delete(keyId);
+        }
+      }
+    }
+  }
+
   close(): void {
     this.unsubscribe();
     this.cache.clear();
@@ -154,7 +189,8 @@ export class ApiKeyVerifier {
     now: number,
   ): Promise<{ entry: CachedKey | undefined; fresh: { loaded: boolean; epoch: number } }> {
     const cached = this.cache.get(keyId);
-    if (cached && now - cached.validatedAt < this.revalidateAfterMs) {
+    // Fresh, or served through a database outage (D31): storage is not asked.
+    if (cached && (now - cached.validatedAt < this.revalidateAfterMs || this.trust.outage)) {
       return { entry: cached, fresh: { loaded: false, epoch: this.revocationEpoch } };
     }
     const epoch = this.revocationEpoch;
@@ -164,7 +200,18 @@ export class ApiKeyVerifier {
       pending = this.load(keyId, now).finally(() => this.loading.delete(keyId));
       this.loading.set(keyId, pending);
     }
-    const entry = await pending;
+    let entry: CachedKey | undefined;
+    try {
+      entry = await pending;
+    } catch (error) {
+      // The read that found the database out: a key verified before is served through it, unless a
+      // revocation was announced meanwhile (it evicted the entry, or moved the epoch).
+      const held = this.cache.get(keyId);
+      if (error instanceof UnavailableError && held && epoch === this.revocationEpoch) {
+        return { entry: held, fresh: { loaded: false, epoch } };
+      }
+      throw error;
+    }
     if (!entry) this.cache.delete(keyId);
     return { entry, fresh: { loaded: true, epoch } };
   }

@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { RemoteJWKSetOptions } from 'jose';
 import { AccountPlans } from '../accounts/account-plans.js';
+import type { Trust } from '../changes/memory-trust.js';
 import { UnitOfWork } from '../changes/unit-of-work.js';
 import type { Db } from '../db/tables.js';
 import { type Broadcast, InProcessBroadcast } from '../foundation/broadcast.js';
@@ -38,6 +39,8 @@ export interface IdentityOptions {
    * reader) keeps authentication answering while a large write holds the primary (D20).
    */
   readonly lookups?: Db;
+  /** D31: whether keys and plans held in memory may be served through a database outage. */
+  readonly trust?: Trust;
 }
 
 /** Identity and access (D7-D10) as one unit: what the app, the CLI and the tests compose. */
@@ -79,6 +82,7 @@ export function createIdentity(
     usage,
     environment: config.environment,
     now,
+    ...(options.trust ? { trust: options.trust } : {}),
   });
   const claims = {
     accountsClaim: config.jwt.accountsClaim,
@@ -93,7 +97,11 @@ export function createIdentity(
     ? AccessTokenVerifier.embedded(signer, claims)
     : AccessTokenVerifier.remote(config.jwt.jwksUrl!, claims, options.jwks);
   const rateLimits = new RateLimits(config.rateLimit, options.rateCounter ?? new MemoryRateCounter(now));
-  const authenticator = new CredentialAuthenticator(verifier, tokens, new AccountPlans(lookups, now));
+  const authenticator = new CredentialAuthenticator(
+    verifier,
+    tokens,
+    new AccountPlans(lookups, now, undefined, options.trust),
+  );
   const keys = new ApiKeyService(db, {
     environment: config.environment,
     maxKeysPerAccount: config.maxKeysPerAccount,

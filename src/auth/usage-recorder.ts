@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../db/tables.js';
+import { UnavailableError } from '../foundation/errors.js';
 import { recordLastUsed } from './api-key-repository.js';
 
 /** Keys per statement: well under SQLite's and PostgreSQL's bound-parameter limits (3 per key). */
@@ -57,7 +58,10 @@ export class UsageRecorder {
         await recordLastUsed(this.db, chunk);
       } catch (error) {
         for (const [keyId, at] of chunk) this.record(keyId, Date.parse(at));
-        this.logger.warn({ err: error, keys: chunk.size }, 'could not record API key usage; will retry');
+        // An outage of the database is said once by its health (D31), not by every flush meanwhile.
+        if (!(error instanceof UnavailableError)) {
+          this.logger.warn({ err: error, keys: chunk.size }, 'could not record API key usage; will retry');
+        }
       }
     }
   }

@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../db/tables.js';
 import type { Broadcast } from '../foundation/broadcast.js';
+import { UnavailableError } from '../foundation/errors.js';
 import { Metrics } from '../observability/metrics.js';
 import { type Change, readChangesAfter, readHead } from './change-log.js';
 
@@ -64,6 +65,14 @@ export class ChangeFollower {
     this.metrics = options.metrics ?? new Metrics();
   }
 
+  /**
+   * Whether the last read of the log succeeded: what is held in memory is as fresh as the log. False
+   * from a failed read until the next one succeeds (D31).
+   */
+  get current(): boolean {
+    return !this.failing;
+  }
+
   /** Calls `listener` each time the log moves; returns the way to stop. */
   onChange(listener: (followed: FollowedChanges) => void): () => void {
     this.listeners.add(listener);
@@ -121,18 +130,16 @@ export class ChangeFollower {
     try {
       followed = await this.step();
     } catch (error) {
-      // Reads fail the same way meanwhile (503); what is held stays as it was, and the next read
-      // that succeeds carries on from the last position followed.
-      if (!this.failing) {
-        this.failing = true;
+      // What is held stays as it was, and the next read that succeeds carries on from the last
+      // position followed. An outage of the database is said once by its health (D31); anything else
+      // is said here, once.
+      if (!this.failing && !(error instanceof UnavailableError)) {
         this.options.logger?.warn({ err: error }, 'cannot read the change log; will retry');
       }
+      this.failing = true;
       return;
     }
-    if (this.failing) {
-      this.failing = false;
-      this.options.logger?.info('reading the change log again');
-    }
+    this.failing = false;
     if (!followed) return;
     this.metrics.changeLogPosition.set(followed.seq);
     for (const listener of this.listeners) listener(followed);

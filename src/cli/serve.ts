@@ -1,6 +1,7 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { importDemoContentIfEmpty } from '../composition/demo.js';
 import { startMetricsServer } from '../observability/metrics.js';
+import { InstanceState } from '../routes/operations.js';
 import { startTracing } from '../observability/tracing.js';
 import type { CliContext } from './context.js';
 
@@ -21,11 +22,16 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       const services = await context.openServices(traced ? { tracing: traced } : {});
       // The HTTP side is loaded by this command only: the others never need it.
       const { buildApp } = await import('../composition/app.js');
+      // D31: `/readyz` fails until the instance listens with the change log followed, and from the stop
+      // signal on, while the instance goes on serving for the shutdown delay.
+      const instance = new InstanceState('starting');
       const app = await buildApp({
         reads: services.reads,
         authenticator: services.authenticator,
         rateLimits: services.rateLimits,
         readiness: services.readiness,
+        instance,
+        servesFromMemory: () => services.servesFromMemory(),
         keys: services.identity.keys,
         audit: services.audit,
         publish: {
@@ -54,9 +60,17 @@ export function registerServeCommand(program: Command, context: CliContext): voi
 
       let stopping = false;
       const shutdown = (signal: string) => {
+        // One stop, however many signals arrive (a Ctrl-C is often two): a second does not cut it short.
         if (stopping) return;
         stopping = true;
+        instance.state = 'draining';
         void (async () => {
+          const delayMs = config.shutdownDelayMs;
+          if (delayMs > 0) {
+            // Load balancers see /readyz fail and stop sending traffic; what they still send is served.
+            logger.info({ signal, delayMs }, 'stopping: /readyz fails; serving on for the shutdown delay');
+            await new Promise((resolve) => setTimeout(resolve, delayMs));
+          }
           logger.info({ signal }, 'draining in-flight requests');
           const timer = setTimeout(() => {
             logger.error('drain timed out; exiting');
@@ -75,8 +89,8 @@ export function registerServeCommand(program: Command, context: CliContext): voi
           }
         })();
       };
-      process.once('SIGTERM', () => shutdown('SIGTERM'));
-      process.once('SIGINT', () => shutdown('SIGINT'));
+      process.on('SIGTERM', () => shutdown('SIGTERM'));
+      process.on('SIGINT', () => shutdown('SIGINT'));
 
       // Its own listener, never the API's port: metrics are for the operators' network (D25). Opened
       // first, so that the first requests are counted, and so that a port already taken stops the
@@ -87,6 +101,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         port: options.port ?? config.port,
         host: options.host ?? config.host,
       });
+      if (!stopping) instance.state = 'serving';
       for (const line of services.gettingStarted(address)) context.stderr.write(`${line}\n`);
       if (metrics) context.stderr.write(`Metrics for Prometheus: ${metrics.address}/metrics\n`);
     });

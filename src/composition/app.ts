@@ -24,7 +24,7 @@ import { Metrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/tracing.js';
 import type { PublishService } from '../publish/publish-service.js';
 import { identityRoutes } from '../routes/identity.js';
-import { operationsRoutes, type ReadinessCheck } from '../routes/operations.js';
+import { type InstanceState, operationsRoutes, type ReadinessCheck } from '../routes/operations.js';
 import { playbookRoutes } from '../routes/playbook.js';
 import { publishRoutes } from '../routes/publish.js';
 import { REQUEST_ID_PATTERN } from '../schemas/common.js';
@@ -53,6 +53,10 @@ export interface AppDependencies {
   /** D22: verifies leak reports' signatures; without it, leak reports answer 501. */
   readonly leakSignatures?: LeakReportSignatures;
   readonly readiness: readonly ReadinessCheck[];
+  /** D31: where the instance is in its life (`/readyz` fails while it starts or drains); serving by default. */
+  readonly instance?: InstanceState;
+  /** D31: whether the instance holds answers it can serve while a required dependency is down. */
+  readonly servesFromMemory?: () => boolean;
   /** A pino logger, or Fastify logger options; tests pass `false`. */
   readonly logger?: FastifyServerOptions['logger'] | FastifyBaseLogger;
   /** Which proxies' `X-Forwarded-For` to believe for the client address (`PLAYBOOK_TRUST_PROXY`). */
@@ -191,7 +195,13 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     tokenKeys: deps.tokenKeys ?? 'embedded',
   });
 
-  await app.register(operationsRoutes(deps.readiness));
+  await app.register(
+    operationsRoutes({
+      checks: deps.readiness,
+      ...(deps.instance ? { instance: deps.instance } : {}),
+      ...(deps.servesFromMemory ? { servesFromMemory: deps.servesFromMemory } : {}),
+    }),
+  );
   await app.register(playbookRoutes(deps.reads));
   if (deps.publish) await app.register(publishRoutes(deps.publish));
   if (deps.keys) {

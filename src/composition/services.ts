@@ -8,6 +8,7 @@ import { createIdentity, type Identity, type IdentityOptions } from '../auth/ide
 import type { RateLimits } from '../auth/rate-limits.js';
 import { PlaybookService } from '../catalog/playbook-service.js';
 import type { ChangeFollower } from '../changes/change-follower.js';
+import { MemoryTrust } from '../changes/memory-trust.js';
 import type { UnitOfWork } from '../changes/unit-of-work.js';
 import { ContentReader } from '../content/content-reader.js';
 import type { ContentStore } from '../content/content-store.js';
@@ -19,7 +20,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { Observation } from '../observability/observation.js';
 import { PublishService } from '../publish/publish-service.js';
 import type { ReadinessCheck } from '../routes/operations.js';
-import { createStorage, type StorageOptions } from './storage.js';
+import { createStorage, type Dependencies, type StorageOptions } from './storage.js';
 
 /** The long-lived parts every command shares, built once from the configuration. */
 export interface Services {
@@ -44,6 +45,10 @@ export interface Services {
   /** D23: writes of accounts' Catalogs over HTTP, on the primary database. */
   readonly publish: PublishService;
   readonly readiness: ReadinessCheck[];
+  /** D31: whether the instance holds answers to serve while a required dependency is down. */
+  servesFromMemory(): boolean;
+  /** D31: whether each dependency answers, as its uses find it. */
+  readonly dependencies: Dependencies;
   readonly authenticator: Authenticator;
   readonly rateLimits: RateLimits;
   /** API keys, access tokens and rate limits (D7-D10). */
@@ -81,7 +86,13 @@ export function createServices(
     ...(options.beforeCommit ? { beforeCommit: options.beforeCommit } : {}),
     ...(options.observation ? { observation: options.observation } : {}),
   });
-  const { databases, objectStore, redis, follower, writes, observation } = storage;
+  const { databases, objectStore, redis, follower, writes, observation, dependencies } = storage;
+  // D31: memory is served while the change log is followed, and through a database outage; once the
+  // database answers again, the log is read at once, before memory is trusted again.
+  const trust = new MemoryTrust({ follower, database: dependencies.database });
+  const unwatchDatabase = dependencies.database.onChange((up) => {
+    if (up) void follower.check();
+  });
   const { metrics } = observation;
   const content = new ContentReader(
     [observedStore(new DatabaseContentStore(databases.reader), observation), objectStore],
@@ -106,7 +117,7 @@ export function createServices(
   }
   // Redis is optional: while it is down the service still serves and says so, hence an optional check.
   if (redis) readiness.push({ name: 'redis', optional: true, check: () => redis.check() });
-  const answers = new AnswerCache(config.answerCacheBytes, metrics);
+  const answers = new AnswerCache(config.answerCacheBytes, metrics, trust);
   follower.onChange((followed) => answers.follow(followed));
   const unobserve = metrics.observeAnswerCacheSize(() => answers.stats.bytes);
   const playbook = new PlaybookService(databases.reader, content);
@@ -117,8 +128,10 @@ export function createServices(
     ...(databases.dialect === 'sqlite' ? { lookups: databases.reader } : {}),
     ...options.identity,
     writes,
+    trust,
     ...(redis ? { revocations: redis.revocations, rateCounter: redis.rateCounter } : {}),
   });
+  follower.onChange((followed) => identity.verifier.follow(followed));
   const publish = new PublishService(
     { db: databases.primary, objectStore, writes, metrics },
     { maxContentBytes: config.maxContentBytes },
@@ -137,6 +150,8 @@ export function createServices(
     reads,
     publish,
     readiness,
+    servesFromMemory: () => answers.stats.entries > 0,
+    dependencies,
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,
     identity,
@@ -144,6 +159,7 @@ export function createServices(
     gettingStarted: (address) => identity.gettingStarted(address),
     close: async () => {
       unobserve();
+      unwatchDatabase();
       follower.stop();
       // Pending lastUsedAt times are written while the database is still open.
       await identity.close();

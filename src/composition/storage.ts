@@ -7,6 +7,7 @@ import { observedStore } from '../content/observed-store.js';
 import { S3ContentStore } from '../content/s3-store.js';
 import { createDatabases, type Databases } from '../db/create-db.js';
 import type { Config } from '../foundation/config.js';
+import { DependencyHealth } from '../observability/dependency-health.js';
 import { type Observation, unobserved } from '../observability/observation.js';
 import { connectRedisSharedState, type RedisSharedState } from '../redis/redis-shared-state.js';
 
@@ -28,7 +29,16 @@ export interface Storage {
   readonly writes: UnitOfWork;
   /** The service's metrics and tracing, handed to every part that records (D25). */
   readonly observation: Observation;
+  /** Whether each dependency answers, as its uses find it (D31); Redis's only when configured. */
+  readonly dependencies: Dependencies;
   close(): Promise<void>;
+}
+
+/** The health of each dependency of an instance (D31). */
+export interface Dependencies {
+  readonly database: DependencyHealth;
+  readonly contentStore: DependencyHealth;
+  readonly redis?: DependencyHealth;
 }
 
 export interface StorageOptions {
@@ -59,9 +69,23 @@ export function createStorage(
   logger: FastifyBaseLogger,
   options: StorageOptions = {},
 ): Storage {
-  // The one set of metrics of this process's service, and its tracing when on (D25).
-  const observation = options.observation ?? unobserved();
-  const { metrics } = observation;
+  // The one set of metrics of this process's service, and its tracing when on (D25), and the health of
+  // the database and the content store, which every use of them reports to (D31).
+  const observed = options.observation ?? unobserved();
+  const { metrics } = observed;
+  const database = new DependencyHealth(
+    'database',
+    logger,
+    metrics,
+    'answers held in memory go on being served to credentials verified before; what needs the database answers 503',
+  );
+  const contentStore = new DependencyHealth(
+    'contentStore',
+    logger,
+    metrics,
+    'answers held in memory and lists go on being served; content not held answers 503',
+  );
+  const observation: Observation = { ...observed, health: { database, contentStore } };
   const databases = createDatabases(config.database, undefined, observation);
   const objectStore = observedStore(createObjectStore(config), observation);
   // Several instances share rate limits, revocations and data changes through Redis (D8, D10).
@@ -93,6 +117,7 @@ export function createStorage(
     follower,
     writes,
     observation,
+    dependencies: { database, contentStore, ...(redis ? { redis: redis.health } : {}) },
     close: async () => {
       follower.stop();
       await redis?.close();

@@ -169,7 +169,11 @@ async function postgresPool(
     client.on('error', () => {});
   });
   observation.metrics.observePool(role, pool);
-  return translatingPool(pool);
+  // A connection that cannot be opened is a failed use of the database too, timed as one (D31).
+  const failure = { database: role, outcome: 'error' } as const;
+  return translatingPool(pool, observation.health?.database, (milliseconds) =>
+    observation.metrics.databaseDuration.observe(failure, milliseconds / 1000),
+  );
 }
 
 /** Opens the configured database (D13). Connections open lazily, on the first query. */

@@ -1,5 +1,6 @@
 import type { Pool, PoolClient } from 'pg';
 import { UnavailableError } from '../foundation/errors.js';
+import { type HealthReport, UNWATCHED } from '../observability/dependency-health.js';
 
 /**
  * SQLSTATE classes that mean the database is out of reach or overloaded rather than that the
@@ -45,15 +46,35 @@ export function translatePostgresError(error: unknown): unknown {
 
 /**
  * The pool as Kysely uses it (`connect`, then `query` and `release` on the client, and `end`), with
- * every failure translated where it happens, so that the HTTP edge maps domain errors only.
+ * every failure translated where it happens, so that the HTTP edge maps domain errors only. Each
+ * outcome tells the database's health whether it answered (D31); a connection that could not be
+ * opened is reported to `onConnectFailure` (its time counts in the metrics: no statement ran).
  */
-export function translatingPool(pool: Pool): Pool {
+export function translatingPool(
+  pool: Pool,
+  health: HealthReport = UNWATCHED,
+  onConnectFailure: (milliseconds: number) => void = () => {},
+): Pool {
   const translate = <T>(work: Promise<T>): Promise<T> =>
-    work.catch((error: unknown) => {
-      throw translatePostgresError(error);
-    });
+    work.then(
+      (result) => {
+        health.succeeded();
+        return result;
+      },
+      (error: unknown) => {
+        const translated = translatePostgresError(error);
+        if (translated instanceof UnavailableError) health.failed(translated);
+        // A statement the server refused (a constraint, a conflict) is an answer: it is up.
+        else health.succeeded();
+        throw translated;
+      },
+    );
   const connect = async (): Promise<PoolClient> => {
-    const client = await translate(pool.connect());
+    const started = performance.now();
+    const client = await translate(pool.connect()).catch((error: unknown) => {
+      onConnectFailure(performance.now() - started);
+      throw error;
+    });
     const query = client.query.bind(client) as (...args: unknown[]) => unknown;
     return new Proxy(client, {
       get(target, property, receiver) {

@@ -80,6 +80,8 @@ export function logAccess(
     status: reply.statusCode,
     ms: Math.round(reply.elapsedTime * 100) / 100,
     bytes: length === undefined ? 0 : Number(length),
+    // The client's address as PLAYBOOK_TRUST_PROXY lets the service believe it (D31).
+    client: request.ip ?? null,
   };
   const principal = request.principal;
   if (principal) {

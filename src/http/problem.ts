@@ -226,8 +226,11 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   const { detail: listedDetail, errors } = listed(classified.detail, all, stoppedEarly);
   // The access line writes the reason too.
   const detail = redactCredentials(listedDetail);
-  // The logger's serializer writes the error's texts redacted (access-log.ts).
-  if (status >= 500) request.log.error({ err: error }, 'request failed');
+  // The logger's serializer writes the error's texts redacted (access-log.ts). An outage is no event of
+  // each request's: its dependency says once that it is down and once that it is back (D31), and the
+  // access line gives each answer's status and reason.
+  if (status >= 500 && !(error instanceof UnavailableError))
+    request.log.error({ err: error }, 'request failed');
   // The access line (access-log.ts) says why; a refusal is no event of its own.
   request.refusal = { code, detail };
   if (error instanceof RateLimitError || error instanceof UnavailableError) {

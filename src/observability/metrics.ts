@@ -247,6 +247,7 @@ export class Metrics {
   readonly writeTransactions: Counter<'write' | 'outcome'>;
   readonly changesAppended: Counter<'type'>;
   readonly changeLogPosition: Gauge;
+  readonly dependencyUp: Gauge<'dependency'>;
 
   /** Caches whose size a gauge reports, registered as they are made. */
   private readonly cacheSizes = new Set<() => number>();
@@ -383,6 +384,12 @@ export class Metrics {
     this.changeLogPosition = new Gauge({
       name: 'playbook_change_log_seq',
       help: 'The last change of the log this instance has followed (its answers in memory reflect it)',
+      registers,
+    });
+    this.dependencyUp = new Gauge({
+      name: 'playbook_dependency_up',
+      help: '1 while a dependency (database, contentStore, redis) answers this instance, 0 while it does not (D31)',
+      labelNames: ['dependency'] as const,
       registers,
     });
   }

@@ -1,3 +1,4 @@
+import type { HealthReport } from './dependency-health.js';
 import { Metrics } from './metrics.js';
 import type { Tracing } from './tracing.js';
 
@@ -8,6 +9,11 @@ import type { Tracing } from './tracing.js';
 export interface Observation {
   readonly metrics: Metrics;
   readonly tracing?: Tracing | undefined;
+  /**
+   * Where each use of a dependency reports whether it reached it (D31): the health of the service's
+   * database and content store, when the composition root watches them.
+   */
+  readonly health?: { readonly database: HealthReport; readonly contentStore: HealthReport } | undefined;
 }
 
 /** What a part opened without the service's observation records into: metrics of its own, no spans. */

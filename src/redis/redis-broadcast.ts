@@ -1,7 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Broadcast } from '../foundation/broadcast.js';
-import { closeRedis, firstConnection, RedisHealth, type RedisHealthDescription } from './redis-connection.js';
+import type { DependencyHealth } from '../observability/dependency-health.js';
+import { closeRedis, firstConnection, RedisHealth } from './redis-connection.js';
 
 /** How long a publication waits for a connection opened a moment ago (a CLI command), and no longer. */
 const FIRST_CONNECTION_WAIT_MS = 1000;
@@ -13,8 +14,10 @@ export interface RedisBroadcastOptions {
   readonly channel: string;
   /** Messages that are ours; anything else on the channel is dropped. */
   readonly accepts: RegExp;
-  /** What the channel is for, for the lines that say when it stops and starts working. */
-  readonly health: RedisHealthDescription;
+  /** What the channel is for (`revocations`), as its connection and the health's lines name it. */
+  readonly role: string;
+  /** Redis's health, told whether the channel is subscribed (D31). */
+  readonly health: DependencyHealth;
   /** The warning logged when a publication does not reach Redis: what happened and what it means. */
   readonly unannounced: string;
 }
@@ -39,11 +42,11 @@ export class RedisBroadcast implements Broadcast {
 
   constructor(private readonly options: RedisBroadcastOptions) {
     this.publisherSettled = firstConnection(options.publisher, FIRST_CONNECTION_WAIT_MS);
-    this.health = new RedisHealth(options.logger, options.health);
+    this.health = new RedisHealth(options.health, options.role);
     // Subscribed afresh on every (re)connection rather than by ioredis's automatic resubscription,
     // which would only replay a subscription that once succeeded.
     this.subscriber = options.publisher.duplicate({
-      connectionName: `playbook-${options.health.role}`,
+      connectionName: `playbook-${options.role}`,
       autoResubscribe: false,
     });
     this.health.watch(this.subscriber, { upOnReady: false });

@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module';
-import type { FastifyBaseLogger } from 'fastify';
 import type { Redis, RedisOptions } from 'ioredis';
+import type { DependencyHealth } from '../observability/dependency-health.js';
 
 /**
  * ioredis, loaded by the first connection: a service without Redis (the embedded default) does not
@@ -84,26 +84,19 @@ export async function closeRedis(redis: Redis): Promise<void> {
   redis.disconnect();
 }
 
-export interface RedisHealthDescription {
-  /** What the connection is for, as it appears in the logs (`rate-limits`, `revocations`). */
-  readonly role: string;
-  /** What the service does while Redis is unreachable, for the operator reading the warning. */
-  readonly whileDown: string;
-  /** What Redis gives while it answers. */
-  readonly whileUp: string;
-}
-
 /**
- * Follows whether one use of Redis works, and says so in the logs once per change: one warning when
- * Redis becomes unreachable, however many requests meet the outage and however many reconnect
- * attempts fail, and one line when it is back.
+ * Whether one use of Redis (a connection, or a subscription) works, told to the Redis dependency's
+ * health (D31), which says so in the logs once per change for all of them: one warning when Redis
+ * becomes unreachable, however many requests meet the outage, uses fail and reconnect attempts fail,
+ * and one line when every use works again.
  */
 export class RedisHealth {
   private state: 'connecting' | 'up' | 'down' | 'stopped' = 'connecting';
 
+  /** @param role what the use is for (`rate-limits`, `revocations`), as the log line names it */
   constructor(
-    private readonly logger: FastifyBaseLogger,
-    private readonly description: RedisHealthDescription,
+    private readonly dependency: DependencyHealth,
+    private readonly role: string,
   ) {}
 
   /**
@@ -122,20 +115,14 @@ export class RedisHealth {
 
   up(): void {
     if (this.state === 'up' || this.state === 'stopped') return;
-    const { role, whileUp } = this.description;
-    const news = this.state === 'down' ? 'Redis is reachable again' : 'connected to Redis';
-    this.logger.info({ redis: role }, `${news}: ${whileUp}`);
     this.state = 'up';
+    this.dependency.succeeded(this.role);
   }
 
   down(reason: unknown): void {
     if (this.state === 'down' || this.state === 'stopped') return;
     this.state = 'down';
-    const { role, whileDown } = this.description;
-    this.logger.warn(
-      { redis: role, reason: reason instanceof Error ? reason.message : String(reason) },
-      `Redis is unreachable: ${whileDown}`,
-    );
+    this.dependency.failed(reason, this.role);
   }
 
   /** Before an intentional close, whose events are no outage. */

@@ -1,7 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { MemoryRateCounter, type RateCounter } from '../auth/rate-limits.js';
 import type { Broadcast } from '../foundation/broadcast.js';
-import type { Metrics } from '../observability/metrics.js';
+import { DependencyHealth } from '../observability/dependency-health.js';
+import { Metrics } from '../observability/metrics.js';
 import { RedisBroadcast } from './redis-broadcast.js';
 import { closeRedis, createRedisClient, RedisHealth } from './redis-connection.js';
 import { FallbackRateCounter, RedisRateCounter } from './redis-rate-counter.js';
@@ -14,6 +15,8 @@ export interface RedisSharedState {
   readonly dataChanges: Broadcast;
   /** Shared counts while Redis answers, this instance's own while it does not (D10). */
   readonly rateCounter: RateCounter;
+  /** Whether Redis answers every use, as they find it (D31). */
+  readonly health: DependencyHealth;
   /** Throws unless Redis answers now: the optional `redis` readiness check. */
   check(): Promise<void>;
   /** Ends every connection. Safe after the broadcasts are closed, and twice. */
@@ -57,11 +60,13 @@ export function connectRedisSharedState(
     connectionName: 'playbook-commands',
     ...(options.commandTimeoutMs === undefined ? {} : { commandTimeoutMs: options.commandTimeoutMs }),
   });
-  const health = new RedisHealth(logger, {
-    role: 'rate-limits',
-    whileDown: 'rate limits are counted by each instance on its own until it is back',
-    whileUp: 'rate limits are counted once for all instances',
-  });
+  const dependency = new DependencyHealth(
+    'redis',
+    logger,
+    options.metrics ?? new Metrics(),
+    'rate limits are counted by each instance on its own, and revocations and writes made on other instances reach this one through the change log, within a second, until it is back',
+  );
+  const health = new RedisHealth(dependency, 'rate-limits');
   health.watch(redis);
   options.metrics?.observeRedis(() => redis.status === 'ready');
   const rateCounter = new FallbackRateCounter({
@@ -75,12 +80,8 @@ export function connectRedisSharedState(
     logger,
     channel: `${prefix}revocations`,
     accepts: KEY_ID,
-    health: {
-      role: 'revocations',
-      whileDown:
-        "revocations made on other instances reach this one through its keys' one-second storage re-read",
-      whileUp: 'revocations made on other instances take effect here at once',
-    },
+    role: 'revocations',
+    health: dependency,
     unannounced:
       "revocation not announced through Redis; other instances refuse the key after their keys' one-second storage re-read",
   });
@@ -89,11 +90,8 @@ export function connectRedisSharedState(
     logger,
     channel: `${prefix}data-changes`,
     accepts: GENERATION,
-    health: {
-      role: 'data-changes',
-      whileDown: "imports made elsewhere show here through this instance's one-second database poll",
-      whileUp: 'imports made elsewhere show here at once',
-    },
+    role: 'data-changes',
+    health: dependency,
     unannounced:
       'data change not announced through Redis; other instances see it through their one-second database poll',
   });
@@ -101,6 +99,7 @@ export function connectRedisSharedState(
     revocations,
     dataChanges,
     rateCounter,
+    health: dependency,
     check: async () => {
       // Not even a PING on a connection known to be down: the answer is already known.
       if (redis.status !== 'ready') throw new Error(`the Redis connection is ${redis.status}`);

@@ -3,6 +3,8 @@ import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { MemoryRateCounter } from '../../src/auth/rate-limits.js';
+import { DependencyHealth } from '../../src/observability/dependency-health.js';
+import { Metrics } from '../../src/observability/metrics.js';
 import { closeRedis, createRedisClient, RedisHealth } from '../../src/redis/redis-connection.js';
 import { FallbackRateCounter, RedisRateCounter } from '../../src/redis/redis-rate-counter.js';
 import { freePort, type ProductionServers, startRedis } from '../helpers/servers.js';
@@ -112,7 +114,7 @@ describe('RedisRateCounter', () => {
 
 describe('FallbackRateCounter', () => {
   const health = (logger: ReturnType<typeof capturingLogger>['logger']) =>
-    new RedisHealth(logger, { role: 'rate-limits', whileDown: 'counted locally', whileUp: 'shared' });
+    new RedisHealth(new DependencyHealth('redis', logger, new Metrics(), 'counted locally'), 'rate-limits');
 
   it('counts in Redis while it answers', async () => {
     const { logger, lines } = capturingLogger();
@@ -131,7 +133,7 @@ describe('FallbackRateCounter', () => {
       for (const expected of [1, 2, 3])
         expect((await counter.increment('key:k', 60_000)).count).toBe(expected);
       expect(await redis.get(`${prefix}key:k`)).toBe('3');
-      expect(outageWarnings(lines, 'rate-limits')).toEqual([]);
+      expect(outageWarnings(lines, 'redis')).toEqual([]);
     } finally {
       watch.stop();
       await closeRedis(redis);
@@ -147,10 +149,7 @@ describe('FallbackRateCounter', () => {
     const watch = health(logger);
     watch.watch(redis);
     try {
-      await waitUntil(
-        'the first refused connection',
-        async () => outageWarnings(lines, 'rate-limits').length > 0,
-      );
+      await waitUntil('the first refused connection', async () => outageWarnings(lines, 'redis').length > 0);
       const counter = new FallbackRateCounter({
         shared: new RedisRateCounter(redis),
         local: new MemoryRateCounter(),
@@ -162,8 +161,8 @@ describe('FallbackRateCounter', () => {
       expect(performance.now() - started).toBeLessThan(200);
       // Reconnect attempts go on meanwhile; the outage is still one warning.
       await sleep(500);
-      expect(outageWarnings(lines, 'rate-limits')).toHaveLength(1);
-      expect(outageWarnings(lines, 'rate-limits')[0]).toMatchObject({
+      expect(outageWarnings(lines, 'redis')).toHaveLength(1);
+      expect(outageWarnings(lines, 'redis')[0]).toMatchObject({
         reason: expect.stringMatching(/ECONNREFUSED/),
       });
     } finally {
@@ -207,8 +206,8 @@ describe('FallbackRateCounter', () => {
       expect(timings[0]).toBeGreaterThanOrEqual(90);
       expect(timings[0]).toBeLessThan(400);
       expect(Math.max(...timings.slice(1))).toBeLessThan(50);
-      expect(outageWarnings(lines, 'rate-limits')).toHaveLength(1);
-      expect(outageWarnings(lines, 'rate-limits')[0]).toMatchObject({ reason: 'Command timed out' });
+      expect(outageWarnings(lines, 'redis')).toHaveLength(1);
+      expect(outageWarnings(lines, 'redis')[0]).toMatchObject({ reason: 'Command timed out' });
 
       await sleep(1000);
       await waitUntil(
@@ -217,7 +216,7 @@ describe('FallbackRateCounter', () => {
       );
       await waitUntil(
         'the shared counter in use again',
-        async () => recoveryLines(lines, 'rate-limits').length === 1,
+        async () => recoveryLines(lines, 'redis').length === 1,
       );
       const shared = await counter.increment('key:k', 60_000);
       expect(shared.count).toBe(Number(await redis.get(`${prefix}key:k`)));

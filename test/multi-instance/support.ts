@@ -11,6 +11,7 @@ import { main } from '../../src/cli/program.js';
 import { buildApp } from '../../src/composition/app.js';
 import { createServices, type Services } from '../../src/composition/services.js';
 import { loadConfig } from '../../src/foundation/config.js';
+import type { DependencyName } from '../../src/observability/dependency-health.js';
 import type { TestBackend } from '../helpers/backend.js';
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -28,7 +29,7 @@ export async function waitUntil(what: string, probe: () => Promise<boolean>, tim
 export interface LogLine {
   readonly level: number;
   readonly msg: string;
-  readonly redis?: string;
+  readonly dependency?: string;
   readonly [field: string]: unknown;
 }
 
@@ -42,14 +43,21 @@ export function capturingLogger() {
 const WARN = 40;
 
 /** The warnings that say Redis became unreachable, for one use of it. */
-export function outageWarnings(lines: readonly LogLine[], role: 'rate-limits' | 'revocations'): LogLine[] {
+/** The lines that say `dependency` became unreachable (D31: one per outage, whatever its parts). */
+export function outageWarnings(lines: readonly LogLine[], dependency: DependencyName): LogLine[] {
   return lines.filter(
-    (line) => line.level === WARN && line.redis === role && line.msg.startsWith('Redis is unreachable'),
+    (line) =>
+      line.level === WARN &&
+      line.dependency === dependency &&
+      line.msg.startsWith(`${dependency} is unreachable`),
   );
 }
 
-export function recoveryLines(lines: readonly LogLine[], role: 'rate-limits' | 'revocations'): LogLine[] {
-  return lines.filter((line) => line.redis === role && line.msg.startsWith('Redis is reachable again'));
+/** The lines that say `dependency` is reachable again. */
+export function recoveryLines(lines: readonly LogLine[], dependency: DependencyName): LogLine[] {
+  return lines.filter(
+    (line) => line.dependency === dependency && line.msg.startsWith(`${dependency} is reachable again`),
+  );
 }
 
 /**
