@@ -86,10 +86,7 @@ export class ApiKeyVerifier {
     this.trust = options.trust ?? ALWAYS_TRUSTED;
     this.revalidateAfterMs = options.revalidateAfterMs ?? 1000;
     this.cache = new LRUCache({ max: options.maxCachedKeys ?? 10_000 });
-    this.unsubscribe = options.revocations.subscribe((keyId) => {
-      this.revocationEpoch++;
-      this.cache.delete(keyId);
-    });
+    this.unsubscribe = options.revocations.subscribe((keyId) => this.revoked(keyId));
   }
 
   /**
@@ -167,7 +164,9 @@ export class ApiKeyVerifier {
       return;
     }
     for (const change of followed.changes) {
-      if (change.type.startsWith('api_key.')) {
+      if (change.type === 'api_key.revoked' || change.type === 'api_key.leak_revoked') {
+        this.revoked(change.target.id);
+      } else if (change.type.startsWith('api_key.')) {
         this.revocationEpoch++;
         this.cache.delete(change.target.id);
       } else if (change.type === 'account.plan_changed') {
@@ -177,6 +176,16 @@ export class ApiKeyVerifier {
         }
       }
     }
+  }
+
+  /**
+   * A revocation, announced on the bus or read in the log: a key held is kept as revoked rather than
+   * forgotten, so that it is refused from memory even while the database does not answer (D31).
+   */
+  private revoked(keyId: string): void {
+    this.revocationEpoch++;
+    const held = this.cache.get(keyId);
+    if (held) this.cache.set(keyId, { ...held, revoked: true });
   }
 
   close(): void {

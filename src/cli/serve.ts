@@ -51,6 +51,18 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         app.addHook('onClose', () => traced.close());
         logger.info('tracing through OpenTelemetry');
       }
+      // D31: a content store that cannot be used is said at start, in one line, rather than found by the
+      // first read of content.
+      await services.objectStore.check().catch((error: unknown) => {
+        const where =
+          config.contentStore.kind === 's3'
+            ? `s3://${config.contentStore.bucket}/${config.contentStore.prefix}`
+            : config.contentStore.path;
+        logger.error(
+          { contentStore: where, reason: error instanceof Error ? error.message : String(error) },
+          'the content store cannot be used: content kept in object storage answers errors until it can (PLAYBOOK_CONTENT_STORE)',
+        );
+      });
       // Demo content is for the embedded default only: a production database starts empty.
       if (config.database.kind === 'sqlite' && config.contentStore.kind === 'directory') {
         await importDemoContentIfEmpty(services, logger);

@@ -190,6 +190,8 @@ export class S3ContentStore implements ContentStore {
         abortSignal: AbortSignal.timeout(this.timeouts.readDeadlineMs),
       });
     } catch (error) {
+      // A bucket that does not exist is the deployment's fault, said in words (D31), not an outage.
+      if (isNotFound(error)) throw new Error(`the bucket "${this.bucket}" does not exist`, { cause: error });
       throw translate(error, 'a bucket check');
     }
   }

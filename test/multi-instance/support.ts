@@ -118,7 +118,13 @@ export async function startInstance(
     authenticator: services.authenticator,
     rateLimits: services.rateLimits,
     readiness: services.readiness,
+    servesFromMemory: () => services.servesFromMemory(),
     keys: services.identity.keys,
+    publish: {
+      service: services.publish,
+      maxBodyBytes: config.maxPublishBytes,
+      maxResources: config.maxPublishResources,
+    },
   });
   await app.ready();
   const redisCheck = services.readiness.find((check) => check.name === 'redis');
