@@ -153,8 +153,8 @@ export class ApiKeyVerifier {
   }
 
   /**
-   * What the change log says changed (D26): a key created, rolled or revoked, or its account's plan,
-   * is read from storage again at its next use, however the change reached the log (another instance,
+   * What the change log says changed (D26): a key revoked is refused from memory, a key rolled (its
+   * expiry moved) or a key of an account whose plan changed is read from storage again at its next use, however the change reached the log (another instance,
    * a command on another process) and whether or not Redis announced it.
    */
   follow(followed: FollowedChanges): void {
@@ -166,7 +166,8 @@ export class ApiKeyVerifier {
     for (const change of followed.changes) {
       if (change.type === 'api_key.revoked' || change.type === 'api_key.leak_revoked') {
         this.revoked(change.target.id);
-      } else if (change.type.startsWith('api_key.')) {
+      } else if (change.type === 'api_key.rolled') {
+        // The rolled key now expires at the end of its overlap: read again.
         this.revocationEpoch++;
         this.cache.delete(change.target.id);
       } else if (change.type === 'account.plan_changed') {

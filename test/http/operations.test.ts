@@ -5,6 +5,7 @@ import { AnswerCache } from '../../src/answers/answer-cache.js';
 import { ReadAnswers } from '../../src/answers/read-answers.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { buildApp } from '../../src/composition/app.js';
+import { InstanceState } from '../../src/routes/operations.js';
 import { buildTestApp, PrincipalRegistry, unlimited } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { checkProblem } from '../helpers/contract.js';
@@ -210,6 +211,58 @@ describe('errors and operations', () => {
         expect((await degraded.inject({ url: '/readyz' })).statusCode).toBe(200);
       } finally {
         await degraded.close();
+      }
+    });
+
+    it('D31: /readyz answers for this instance: starting and draining fail; a shared dependency down fails only an instance that holds nothing, or the strict form', async () => {
+      let databaseUp = true;
+      let holds = false;
+      const instance = new InstanceState('starting');
+      const probe = await buildApp({
+        reads: new ReadAnswers(
+          new PlaybookService(backend.databases.reader, backend.content),
+          new AnswerCache(0),
+        ),
+        authenticator: principals.authenticator,
+        rateLimits: unlimited,
+        readiness: [
+          {
+            name: 'database',
+            check: async () => {
+              if (!databaseUp) throw new Error('connect ECONNREFUSED 10.0.0.1:5432');
+            },
+          },
+          { name: 'redis', optional: true, check: async () => {} },
+        ],
+        instance,
+        servesFromMemory: () => holds,
+      });
+      const ready = async (query = '') => {
+        const answer = await probe.inject({ url: `/readyz${query}` });
+        return [answer.statusCode, answer.json().status, answer.json().checks?.database];
+      };
+      try {
+        expect(await ready()).toEqual([503, 'starting', 'ok']);
+        instance.state = 'serving';
+        expect(await ready()).toEqual([200, 'ready', 'ok']);
+        expect(await ready('?strict=true')).toEqual([200, 'ready', 'ok']);
+        databaseUp = false;
+        expect(await ready()).toEqual([503, 'unavailable', 'unavailable']);
+        holds = true;
+        expect(await ready()).toEqual([200, 'degraded', 'unavailable']);
+        expect(await ready('?strict=true')).toEqual([503, 'unavailable', 'unavailable']);
+        expect(await ready('?strict=false')).toEqual([200, 'degraded', 'unavailable']);
+        instance.state = 'draining';
+        databaseUp = true;
+        expect(await ready()).toEqual([503, 'draining', 'ok']);
+        // Its query is checked like any other.
+        for (const query of ['?strict=maybe', '?other=1', '?strict=true&strict=false']) {
+          const refused = await probe.inject({ url: `/readyz${query}` });
+          expect(refused.statusCode, query).toBe(400);
+          checkProblem(refused, 400, 'invalid_request');
+        }
+      } finally {
+        await probe.close();
       }
     });
   });

@@ -60,6 +60,11 @@ describe('a Redis outage under two instances', () => {
     return response;
   }
 
+  const redisGauge = async (instance: Instance) =>
+    /playbook_dependency_up\{dependency="redis"\} (\d)/.exec(
+      await instance.services.metrics.registry.getSingleMetricAsString('playbook_dependency_up'),
+    )?.[1];
+
   /** `LIMIT` requests split across both instances pass; the next one on either is refused. */
   async function expectSharedLimit(key: string) {
     const headers = { 'x-api-key': key };
@@ -112,6 +117,8 @@ describe('a Redis outage under two instances', () => {
     await sleep(300);
     trickling = false;
     await trickle;
+    // D31: the gauge says which dependency is down.
+    for (const instance of [a, b]) expect(await redisGauge(instance)).toBe('0');
 
     // Down: each instance counts on its own, so a key gets the whole budget on each.
     const { key } = await storeKey(a, 'acme');
@@ -172,6 +179,7 @@ describe('a Redis outage under two instances', () => {
     }
     await expectSharedLimit((await storeKey(b, 'acme')).key);
     for (const instance of [a, b]) {
+      await waitUntil(`${instance.name}'s gauge`, async () => (await redisGauge(instance)) === '1');
       const ready = await timed(instance, '/readyz');
       expect(ready.json()).toMatchObject({ status: 'ready', checks: { redis: 'ok' } });
       await waitUntil(

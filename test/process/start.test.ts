@@ -159,6 +159,60 @@ describe('npm start (README)', () => {
   });
 });
 
+describe('npm start stopping behind a load balancer (D31)', () => {
+  it('on SIGTERM fails /readyz at once, serves on for PLAYBOOK_SHUTDOWN_DELAY_MS, then drains and exits 0; a second signal does not cut it short', async () => {
+    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'playbook-stop-'));
+    const delayMs = 1500;
+    const started = await npmStart(dataDir, { PLAYBOOK_SHUTDOWN_DELAY_MS: String(delayMs) });
+    try {
+      const ready = await fetch(`${started.address}/readyz`);
+      expect(ready.status).toBe(200);
+      expect(await ready.json()).toMatchObject({ status: 'ready', checks: { database: 'ok' } });
+
+      started.child.kill('SIGTERM');
+      const signalledAt = Date.now();
+      // /readyz fails first, as soon as the signal is handled…
+      let readyz = 200;
+      while (readyz === 200 && Date.now() - signalledAt < delayMs) {
+        readyz = (await fetch(`${started.address}/readyz`)).status;
+      }
+      expect(readyz).toBe(503);
+      const draining = await fetch(`${started.address}/readyz`);
+      expect(await draining.json()).toMatchObject({ status: 'draining' });
+      // …while new connections are still accepted and answered, for the whole delay.
+      setTimeout(() => started.child.kill('SIGTERM'), 100);
+      const served: number[] = [];
+      while (Date.now() - signalledAt < delayMs - 300) {
+        served.push((await fetch(`${started.address}/healthz`, { headers: { connection: 'close' } })).status);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(served.length).toBeGreaterThan(5);
+      expect(served.every((status) => status === 200)).toBe(true);
+
+      const { code } = await started.exited;
+      expect(code).toBe(0);
+      expect(Date.now() - signalledAt).toBeGreaterThanOrEqual(delayMs);
+      await expect(fetch(`${started.address}/healthz`)).rejects.toThrow();
+      const lines = started
+        .stdout()
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as { msg: string; client?: string });
+      const messages = lines.map((line) => line.msg);
+      const stopping = messages.indexOf('stopping: /readyz fails; serving on for the shutdown delay');
+      expect(stopping).toBeGreaterThanOrEqual(0);
+      expect(messages.indexOf('draining in-flight requests')).toBeGreaterThan(stopping);
+      expect(messages.filter((message) => message === 'draining in-flight requests')).toHaveLength(1);
+      expect(messages.at(-1)).toBe('stopped');
+      // The access line names the client (D31).
+      expect(lines.find((line) => line.msg === 'request')?.client).toBe('127.0.0.1');
+    } finally {
+      started.child.kill('SIGKILL');
+      await fs.rm(dataDir, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
+
 describe('the build behind npm start', () => {
   it('does no work again when nothing changed: after `npm ci` built it, `npm start` compiles nothing', async () => {
     const run = promisify(execFile);
