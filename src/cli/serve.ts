@@ -1,8 +1,8 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { importDemoContentIfEmpty } from '../composition/demo.js';
 import { startMetricsServer } from '../observability/metrics.js';
-import { InstanceState } from '../routes/operations.js';
 import { startTracing } from '../observability/tracing.js';
+import { InstanceState } from '../routes/operations.js';
 import type { CliContext } from './context.js';
 
 const DRAIN_TIMEOUT_MS = 10_000;

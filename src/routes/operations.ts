@@ -57,7 +57,9 @@ const Health = Type.Object({
 const ReadyQuery = Type.Object(
   {
     strict: Type.Optional(
-      Type.Boolean({ description: 'fail when any required dependency is down, whatever this instance holds' }),
+      Type.Boolean({
+        description: 'fail when any required dependency is down, whatever this instance holds',
+      }),
     ),
   },
   { additionalProperties: false },
