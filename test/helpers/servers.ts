@@ -91,6 +91,9 @@ export function missingParts(): string[] {
     }
   }
   if (!onPath('redis-server')) missing.push('redis-server is not on PATH (apt-get install -y redis-server)');
+  // The operations guide's reverse proxy runs in front of two instances, with a certificate of its own.
+  if (!onPath('nginx')) missing.push('nginx is not on PATH (apt-get install -y nginx)');
+  if (!onPath('openssl')) missing.push('openssl is not on PATH (apt-get install -y openssl)');
   try {
     createRequire(import.meta.url).resolve('s3rver');
   } catch {
