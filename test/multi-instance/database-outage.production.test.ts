@@ -172,6 +172,13 @@ describe('a database outage under two instances (D31)', () => {
     });
 
     await sleep(300);
+    const failedUses = async (instance: Instance) => {
+      const text = await instance.services.metrics.registry.getSingleMetricAsString(
+        'playbook_database_query_duration_seconds',
+      );
+      return Number(/_count\{database="primary",outcome="error"\} (\d+)/.exec(text)?.[1] ?? 0);
+    };
+    const failedBefore = await failedUses(a);
     phase = 'down';
     await server.stop();
     const stoppedAt = performance.now();
@@ -202,6 +209,8 @@ describe('a database outage under two instances (D31)', () => {
       expect((await instance.app.inject({ url: '/readyz?strict=true' })).statusCode).toBe(503);
     }
     await sleep(Math.max(0, OUTAGE_MS - (performance.now() - stoppedAt)));
+    // Connections that could not be opened count as failed uses of the database (D31).
+    expect(await failedUses(a)).toBeGreaterThan(failedBefore + 3);
 
     phase = 'back';
     await server.start();

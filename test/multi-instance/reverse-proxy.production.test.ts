@@ -148,6 +148,7 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
   let origin: string;
   let env: NodeJS.ProcessEnv;
   let reader: Record<string, string>;
+  let writer: Record<string, string>;
 
   beforeAll(async () => {
     backend = await createTestBackend();
@@ -263,7 +264,7 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
         return (JSON.parse(created.body) as { key: string }).key;
       };
       reader = { 'x-api-key': await keyOf(['playbook:read']) };
-      const writer = { 'x-api-key': await keyOf(['playbook:read', 'playbook:write']) };
+      writer = { 'x-api-key': await keyOf(['playbook:read', 'playbook:write']) };
       const published = await client.request(CATALOG, {
         method: 'PUT',
         headers: writer,
@@ -348,6 +349,33 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
     );
     expect(outcomes.length).toBeGreaterThan(100);
     expect(failed, JSON.stringify(failed.slice(0, 3))).toEqual([]);
+  }, 60_000);
+
+  it('PostgreSQL stopped for five seconds under reads: every held read answers, a write answers 503 with Retry-After', async () => {
+    const running = load();
+    await sleep(300);
+    await server.stop();
+    const client = h2Client(origin, ca);
+    let write: Answer;
+    try {
+      await sleep(1500);
+      const { slug: _slug, ...body } = publishedResource('intro', { version: '2', content: '# intro, 2\n' });
+      write = await client.request(`${CATALOG}/resources/intro`, { method: 'PUT', headers: writer, body });
+      await sleep(3500);
+    } finally {
+      client.close();
+      await server.start();
+    }
+    await sleep(1500);
+    const outcomes = await running.stop();
+    const failed = outcomes.filter((outcome) => outcome.status !== 200);
+    console.log(
+      `PostgreSQL stopped for 5 s under ${outcomes.length} reads through nginx: ${failed.length} errors`,
+    );
+    expect(outcomes.length).toBeGreaterThan(200);
+    expect(failed, JSON.stringify(failed.slice(0, 3))).toEqual([]);
+    expect(write!.status).toBe(503);
+    expect(JSON.parse(write!.body)).toMatchObject({ code: 'unavailable' });
   }, 60_000);
 
   it('an instance stopped with a shutdown delay: no error, no refused connection, and it exits 0', async () => {
