@@ -292,6 +292,23 @@ export async function startPostgres(): Promise<PostgresServer> {
 // ---------------------------------------------------------------------------------------------------
 // Redis.
 
+/**
+ * A cluster of a test's own (one it may stop and start without disturbing other suites) with an empty
+ * database `playbook` in it.
+ */
+export async function startPostgresWithDatabase(): Promise<{ server: PostgresServer; url: string }> {
+  const server = await startPostgres();
+  const { default: pg } = await import('pg');
+  const admin = new pg.Client({ connectionString: server.adminUrl });
+  await admin.connect();
+  try {
+    await admin.query('CREATE DATABASE playbook');
+  } finally {
+    await admin.end();
+  }
+  return { server, url: server.urlFor('playbook') };
+}
+
 export interface RedisServer {
   readonly url: string;
   readonly port: number;

@@ -34,6 +34,16 @@ describe('errors and operations', () => {
     await backend.cleanup();
   });
 
+  /** What an app of these tests is built of, beside what each test sets: reads kept nowhere, no limits. */
+  const appParts = () => ({
+    reads: new ReadAnswers(
+      new PlaybookService(backend.databases.reader, backend.content),
+      new AnswerCache(0),
+    ),
+    authenticator: principals.authenticator,
+    rateLimits: unlimited,
+  });
+
   describe('D2 unknown routes', () => {
     it.each([
       ['GET', '/v3'],
@@ -171,12 +181,7 @@ describe('errors and operations', () => {
         throw new Error('connect ECONNREFUSED 10.0.0.1:5432');
       };
       const probe = await buildApp({
-        reads: new ReadAnswers(
-          new PlaybookService(backend.databases.reader, backend.content),
-          new AnswerCache(0),
-        ),
-        authenticator: principals.authenticator,
-        rateLimits: unlimited,
+        ...appParts(),
         readiness: [
           { name: 'database', check: failing },
           { name: 'cache', optional: true, check: failing },
@@ -199,12 +204,7 @@ describe('errors and operations', () => {
       }
 
       const degraded = await buildApp({
-        reads: new ReadAnswers(
-          new PlaybookService(backend.databases.reader, backend.content),
-          new AnswerCache(0),
-        ),
-        authenticator: principals.authenticator,
-        rateLimits: unlimited,
+        ...appParts(),
         readiness: [{ name: 'cache', optional: true, check: failing }],
       });
       try {
@@ -219,12 +219,7 @@ describe('errors and operations', () => {
       let holds = false;
       const instance = new InstanceState('starting');
       const probe = await buildApp({
-        reads: new ReadAnswers(
-          new PlaybookService(backend.databases.reader, backend.content),
-          new AnswerCache(0),
-        ),
-        authenticator: principals.authenticator,
-        rateLimits: unlimited,
+        ...appParts(),
         readiness: [
           {
             name: 'database',
@@ -447,12 +442,7 @@ describe('errors and operations', () => {
         },
       });
       const logged = await buildApp({
-        reads: new ReadAnswers(
-          new PlaybookService(backend.databases.reader, backend.content),
-          new AnswerCache(0),
-        ),
-        authenticator: principals.authenticator,
-        rateLimits: unlimited,
+        ...appParts(),
         readiness: [],
         logger: { level: 'debug', stream },
       });

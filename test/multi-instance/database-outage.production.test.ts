@@ -1,13 +1,17 @@
 import { performance } from 'node:perf_hooks';
 import type { LightMyRequestResponse } from 'fastify';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabases } from '../../src/db/create-db.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { loadConfig } from '../../src/foundation/config.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
-import { type PostgresServer, type RedisServer, startPostgres, startRedis } from '../helpers/servers.js';
+import {
+  type PostgresServer,
+  type RedisServer,
+  startPostgresWithDatabase,
+  startRedis,
+} from '../helpers/servers.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
 import {
   bearer,
@@ -76,11 +80,7 @@ describe('a database outage under two instances (D31)', () => {
   };
 
   beforeAll(async () => {
-    server = await startPostgres();
-    const admin = new pg.Client({ connectionString: server.adminUrl });
-    await admin.connect();
-    await admin.query('CREATE DATABASE playbook');
-    await admin.end();
+    ({ server } = await startPostgresWithDatabase());
     redis = await startRedis();
     // Its S3 bucket and its data directory (the embedded token signer both instances share).
     backend = await createTestBackend();

@@ -3,7 +3,6 @@ import fs from 'node:fs/promises';
 import http2 from 'node:http2';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
@@ -11,7 +10,7 @@ import {
   freePort,
   type PostgresServer,
   type RedisServer,
-  startPostgres,
+  startPostgresWithDatabase,
   startRedis,
 } from '../helpers/servers.js';
 import { sleep, waitUntil } from './support.js';
@@ -152,11 +151,7 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
 
   beforeAll(async () => {
     backend = await createTestBackend();
-    server = await startPostgres();
-    const admin = new pg.Client({ connectionString: server.adminUrl });
-    await admin.connect();
-    await admin.query('CREATE DATABASE playbook');
-    await admin.end();
+    ({ server } = await startPostgresWithDatabase());
     redis = await startRedis();
 
     const dir = path.join(backend.workDir, 'nginx');

@@ -2,7 +2,6 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import pg from 'pg';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/composition/app.js';
@@ -11,7 +10,7 @@ import { DatabaseContentStore } from '../../src/content/database-store.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { loadConfig } from '../../src/foundation/config.js';
 import { unlimited } from '../helpers/app.js';
-import { type PostgresServer, startPostgres } from '../helpers/servers.js';
+import { type PostgresServer, startPostgresWithDatabase } from '../helpers/servers.js';
 import { anyReader, seedCatalog, seedResource, type Timed, timedGet } from './support.js';
 
 /**
@@ -42,11 +41,7 @@ describe('a PostgreSQL outage', () => {
   const resourceIds: string[] = [];
 
   beforeAll(async () => {
-    server = await startPostgres();
-    const admin = new pg.Client({ connectionString: server.adminUrl });
-    await admin.connect();
-    await admin.query('CREATE DATABASE playbook');
-    await admin.end();
+    ({ server } = await startPostgresWithDatabase());
     dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'playbook-outage-'));
     const config = loadConfig({
       PLAYBOOK_DATA_DIR: dataDir,
