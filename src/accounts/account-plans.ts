@@ -34,7 +34,7 @@ export class AccountPlans {
         .where('id', '=', accountId)
         .executeTakeFirst();
     } catch (error) {
-      if (error instanceof UnavailableError && cached) return cached.plan;
+      if (error instanceof UnavailableError && cached && this.trust.trusted) return cached.plan;
       throw error;
     }
     const plan = row?.plan ?? DEFAULT_PLAN;

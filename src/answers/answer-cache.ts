@@ -98,7 +98,9 @@ export class AnswerCache {
 
   /** Keeps `answer`, made of `namespaces`, unless one of them changed since `ticket` was taken. */
   set(key: AnswerKey, answer: ReadAnswer, ticket: number, namespaces: readonly string[]): void {
-    if (!this.entries || !this.current(ticket, namespaces)) return;
+    // Nothing is kept while memory is not trusted (the change log not read since the database came
+    // back): the follower could not yet drop what it will learn changed.
+    if (!this.entries || !this.trust.trusted || !this.current(ticket, namespaces)) return;
     const entry: Entry = { answer, namespaces };
     this.entries.set(key, entry);
     if (answer instanceof Answer) {
@@ -140,7 +142,8 @@ export class AnswerCache {
     ticket: number,
     namespaces: readonly string[],
   ): void {
-    if (this.current(ticket, namespaces)) this.lists.set(key, { positions, namespaces });
+    if (this.trust.trusted && this.current(ticket, namespaces))
+      this.lists.set(key, { positions, namespaces });
   }
 
   /**

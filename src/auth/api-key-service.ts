@@ -14,6 +14,7 @@ import { type PageRequest, readPage } from '../foundation/paging.js';
 import { type Environment, generateApiKey, parseApiKey } from '../schemas/api-key-format.js';
 import type { ApiKey, ApiKeyPage, CreateApiKeyBody, CreatedApiKey, Scope } from '../schemas/identity.js';
 import * as repo from './api-key-repository.js';
+import { KEY_CHANGED_PREFIX } from './api-key-verifier.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 
@@ -135,7 +136,7 @@ export class ApiKeyService {
       return minted;
     });
     // Every instance re-reads the old key's expiry at once rather than within a second.
-    await this.options.revocations.publish(keyId);
+    await this.options.revocations.publish(`${KEY_CHANGED_PREFIX}${keyId}`);
     return created.created;
   }
 

@@ -10,6 +10,12 @@ import type { ApiKeyWithPlan } from './api-key-repository.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 
+/**
+ * What the key bus carries (`revocations`): a key id alone is a revocation, final; `changed:<keyId>` is
+ * a key whose row changed otherwise (a roll moved its expiry), to be read again.
+ */
+export const KEY_CHANGED_PREFIX = 'changed:';
+
 /** Where the verifier reads a key from on a cache miss or a revalidation. */
 export interface ApiKeyLookup {
   find(keyId: string): Promise<ApiKeyWithPlan | undefined>;
@@ -73,7 +79,11 @@ export interface ApiKeyVerifierOptions {
  */
 export class ApiKeyVerifier {
   private readonly cache: LRUCache<string, CachedKey>;
-  private readonly loading = new Map<string, Promise<CachedKey | undefined>>();
+  /** Storage reads under way, each with the revocation epoch at its start. */
+  private readonly loading = new Map<
+    string,
+    { readonly entry: Promise<CachedKey | undefined>; readonly epoch: number }
+  >();
   private readonly now: () => number;
   private readonly revalidateAfterMs: number;
   /** Bumped by every revocation, so that a read that raced one is used once but not cached. */
@@ -86,7 +96,10 @@ export class ApiKeyVerifier {
     this.trust = options.trust ?? ALWAYS_TRUSTED;
     this.revalidateAfterMs = options.revalidateAfterMs ?? 1000;
     this.cache = new LRUCache({ max: options.maxCachedKeys ?? 10_000 });
-    this.unsubscribe = options.revocations.subscribe((keyId) => this.revoked(keyId));
+    this.unsubscribe = options.revocations.subscribe((message) => {
+      if (message.startsWith(KEY_CHANGED_PREFIX)) this.changed(message.slice(KEY_CHANGED_PREFIX.length));
+      else this.revoked(message);
+    });
   }
 
   /**
@@ -129,6 +142,10 @@ export class ApiKeyVerifier {
       throw new AuthenticationError('the API key is not valid', 'invalid');
     }
     if (fresh.epoch === this.revocationEpoch && fresh.loaded) this.cache.set(entry.keyId, entry);
+    // A read begun before a revocation was announced says what was true then: the mark it left wins.
+    else if (fresh.loaded && this.cache.get(entry.keyId)?.revoked) {
+      throw new AuthenticationError('the API key has been revoked', 'revoked');
+    }
     const refusal = this.refusalOf(entry, now);
     if (refusal) throw refusal;
     return this.grant(entry, now);
@@ -168,8 +185,7 @@ export class ApiKeyVerifier {
         this.revoked(change.target.id);
       } else if (change.type === 'api_key.rolled') {
         // The rolled key now expires at the end of its overlap: read again.
-        this.revocationEpoch++;
-        this.cache.delete(change.target.id);
+        this.changed(change.target.id);
       } else if (change.type === 'account.plan_changed') {
         this.revocationEpoch++;
         for (const [keyId, entry] of this.cache.entries()) {
@@ -177,6 +193,12 @@ export class ApiKeyVerifier {
         }
       }
     }
+  }
+
+  /** A key whose row changed (not revoked): forgotten, and read again at its next use. */
+  private changed(keyId: string): void {
+    this.revocationEpoch++;
+    this.cache.delete(keyId);
   }
 
   /**
@@ -203,21 +225,29 @@ export class ApiKeyVerifier {
     if (cached && (now - cached.validatedAt < this.revalidateAfterMs || this.trust.outage)) {
       return { entry: cached, fresh: { loaded: false, epoch: this.revocationEpoch } };
     }
-    const epoch = this.revocationEpoch;
-    // One storage read per key at a time, however many requests wait for it.
+    // One storage read per key at a time, however many requests wait for it. A request that joins a
+    // read takes that read's epoch: a revocation announced after the read began must not be
+    // overwritten by what it returns.
     let pending = this.loading.get(keyId);
     if (!pending) {
-      pending = this.load(keyId, now).finally(() => this.loading.delete(keyId));
-      this.loading.set(keyId, pending);
+      const started = { entry: this.load(keyId, now), epoch: this.revocationEpoch };
+      pending = started;
+      this.loading.set(keyId, started);
+      void started.entry.then(
+        () => this.loading.delete(keyId),
+        () => this.loading.delete(keyId),
+      );
     }
+    const { epoch } = pending;
     let entry: CachedKey | undefined;
     try {
-      entry = await pending;
+      entry = await pending.entry;
     } catch (error) {
-      // The read that found the database out: a key verified before is served through it, unless a
-      // revocation was announced meanwhile (it evicted the entry, or moved the epoch).
+      // The read that found the database out: a key verified before is served through it, while
+      // memory may be served (not once the database is back but the change log not yet read), and
+      // unless a revocation was announced meanwhile (it marked the entry, and moved the epoch).
       const held = this.cache.get(keyId);
-      if (error instanceof UnavailableError && held && epoch === this.revocationEpoch) {
+      if (error instanceof UnavailableError && held && this.trust.trusted && epoch === this.revocationEpoch) {
         return { entry: held, fresh: { loaded: false, epoch } };
       }
       throw error;

@@ -56,6 +56,8 @@ export class ChangeFollower {
   private running: Promise<void> | undefined;
   private again = false;
   private failing = false;
+  /** Whether this run of failures said so: one that is no outage of the database is said once. */
+  private saidFailing = false;
 
   constructor(
     private readonly db: Db,
@@ -132,13 +134,16 @@ export class ChangeFollower {
     } catch (error) {
       // What is held stays as it was, and the next read that succeeds carries on from the last
       // position followed. An outage of the database is said once by its health (D31); anything else
-      // is said here, once.
-      if (!this.failing && !(error instanceof UnavailableError)) {
+      // is said here, once a run, however the run began.
+      if (!this.saidFailing && !(error instanceof UnavailableError)) {
+        this.saidFailing = true;
         this.options.logger?.warn({ err: error }, 'cannot read the change log; will retry');
       }
       this.failing = true;
       return;
     }
+    if (this.saidFailing) this.options.logger?.info('reading the change log again');
+    this.saidFailing = false;
     this.failing = false;
     if (!followed) return;
     this.metrics.changeLogPosition.set(followed.seq);

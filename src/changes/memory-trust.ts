@@ -2,8 +2,8 @@
 export interface TrustSources {
   /** Whether the follower's last read of the change log succeeded. */
   readonly follower: { readonly current: boolean };
-  /** Whether the database answers, as its uses find it. */
-  readonly database: { readonly isUp: boolean };
+  /** Whether the database answers, as its uses find it, and when that changes. */
+  readonly database: { readonly isUp: boolean; onChange(listener: (up: boolean) => void): () => void };
 }
 
 /**
@@ -15,16 +15,37 @@ export interface TrustSources {
  *   miss changes another instance made meanwhile: it is not served until the follower has read them.
  */
 export class MemoryTrust {
-  constructor(private readonly sources: TrustSources) {}
+  /**
+   * Set when the database was seen answering while the follower was behind, until the follower next
+   * reads the log: another failure meanwhile (a busy pool, a timeout) is no outage to serve memory
+   * through, for memory may already miss what changed.
+   */
+  private catchingUp = false;
+  private readonly unwatch: () => void;
+
+  constructor(private readonly sources: TrustSources) {
+    this.unwatch = sources.database.onChange((up) => {
+      if (up && !sources.follower.current) this.catchingUp = true;
+    });
+  }
 
   /** Memory may be served. */
   get trusted(): boolean {
-    return this.sources.follower.current || !this.sources.database.isUp;
+    if (this.sources.follower.current) {
+      this.catchingUp = false;
+      return true;
+    }
+    return this.outage;
   }
 
   /** The database is known not to answer: what only it can say is not asked, and memory is served. */
   get outage(): boolean {
-    return !this.sources.database.isUp;
+    if (this.sources.follower.current) this.catchingUp = false;
+    return !this.sources.database.isUp && !this.catchingUp;
+  }
+
+  close(): void {
+    this.unwatch();
   }
 }
 

@@ -93,6 +93,9 @@ export function registerServeCommand(program: Command, context: CliContext): voi
             await app.close();
             await services.close();
             logger.info('stopped');
+            // Everything is closed: the process ends by itself. Should a handle outlive it (a bug),
+            // it still ends, rather than hold a port and a process manager's stop.
+            setTimeout(() => process.exit(process.exitCode ?? 0), 2000).unref();
           } catch (error) {
             logger.error({ err: error }, 'shutdown failed');
             process.exitCode = 1;

@@ -95,7 +95,12 @@ export function createServices(
   });
   const { metrics } = observation;
   const content = new ContentReader(
-    [observedStore(new DatabaseContentStore(databases.reader), observation), objectStore],
+    // Content kept in the database is timed like any other, but its reads say nothing of the object
+    // store's health (the database's own uses report the database's).
+    [
+      observedStore(new DatabaseContentStore(databases.reader), { ...observation, health: undefined }),
+      objectStore,
+    ],
     {
       onIntegrityError: (details) =>
         logger.error(details, 'stored content does not match its hash; not served'),
@@ -105,13 +110,18 @@ export function createServices(
   // check, and take the instance out, though its reads go on being answered through the reader.
   const databaseCheck = databases.dialect === 'sqlite' ? databases.reader : databases.primary;
   const readiness: ReadinessCheck[] = [
-    { name: 'database', check: async () => void (await sql`select 1`.execute(databaseCheck)) },
+    {
+      name: 'database',
+      essential: true,
+      check: async () => void (await sql`select 1`.execute(databaseCheck)),
+    },
     { name: 'contentStore', check: () => objectStore.check() },
   ];
   // Reads go to the replica when one is configured: it must answer too for the service to be ready.
   if (databases.dialect === 'postgres' && databases.reader !== databases.primary) {
     readiness.push({
       name: 'readReplica',
+      essential: true,
       check: async () => void (await sql`select 1`.execute(databases.reader)),
     });
   }
@@ -150,7 +160,7 @@ export function createServices(
     reads,
     publish,
     readiness,
-    servesFromMemory: () => answers.stats.entries > 0,
+    servesFromMemory: () => answers.stats.entries > 0 && trust.trusted,
     dependencies,
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,
@@ -160,6 +170,7 @@ export function createServices(
     close: async () => {
       unobserve();
       unwatchDatabase();
+      trust.close();
       follower.stop();
       // Pending lastUsedAt times are written while the database is still open.
       await identity.close();

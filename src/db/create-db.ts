@@ -171,7 +171,14 @@ async function postgresPool(
   observation.metrics.observePool(role, pool);
   // A connection that cannot be opened is a failed use of the database too, timed as one (D31).
   const failure = { database: role, outcome: 'error' } as const;
-  return translatingPool(pool, observation.health?.database, (milliseconds) =>
+  // The primary and a replica are parts of the database's health: it is up while both answer, and one
+  // that does not keeps it down rather than making it flip with each use of either.
+  const health = observation.health?.database;
+  const report = health && {
+    succeeded: () => health.succeeded(role),
+    failed: (error: unknown) => health.failed(error, role),
+  };
+  return translatingPool(pool, report, (milliseconds) =>
     observation.metrics.databaseDuration.observe(failure, milliseconds / 1000),
   );
 }

@@ -9,7 +9,14 @@ import { type HealthReport, UNWATCHED } from '../observability/dependency-health
  * `statement_timeout` because the server did not finish in time.
  */
 function isOutageCode(code: string): boolean {
-  return code.startsWith('08') || code.startsWith('53') || code.startsWith('57P') || code === '57014';
+  return (
+    code.startsWith('08') ||
+    code.startsWith('53') ||
+    code.startsWith('57P') ||
+    code === '57014' ||
+    // A write sent to a standby (during a failover, while the URL still names the old primary).
+    code === '25006'
+  );
 }
 
 /** Node's own codes for a peer that cannot be reached. */
@@ -55,6 +62,15 @@ export function translatingPool(
   health: HealthReport = UNWATCHED,
   onConnectFailure: (milliseconds: number) => void = () => {},
 ): Pool {
+  const failed = (error: unknown): unknown => {
+    const translated = translatePostgresError(error);
+    if (translated instanceof UnavailableError) health.failed(translated);
+    // A statement the server refused (a constraint, a conflict) is an answer: it is up.
+    else health.succeeded();
+    return translated;
+  };
+  // Only an answer to a statement says the database answers: a client handed out of the pool may be an
+  // idle connection to a server that no longer answers (a partition that closed nothing).
   const translate = <T>(work: Promise<T>): Promise<T> =>
     work.then(
       (result) => {
@@ -62,18 +78,14 @@ export function translatingPool(
         return result;
       },
       (error: unknown) => {
-        const translated = translatePostgresError(error);
-        if (translated instanceof UnavailableError) health.failed(translated);
-        // A statement the server refused (a constraint, a conflict) is an answer: it is up.
-        else health.succeeded();
-        throw translated;
+        throw failed(error);
       },
     );
   const connect = async (): Promise<PoolClient> => {
     const started = performance.now();
-    const client = await translate(pool.connect()).catch((error: unknown) => {
+    const client = await pool.connect().catch((error: unknown) => {
       onConnectFailure(performance.now() - started);
-      throw error;
+      throw failed(error);
     });
     const query = client.query.bind(client) as (...args: unknown[]) => unknown;
     return new Proxy(client, {

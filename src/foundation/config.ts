@@ -185,14 +185,15 @@ function parseContentStore(env: Env, dataDir: string): ContentStoreConfig {
       ? { kind: 's3', bucket: match[1]!, prefix }
       : { kind: 's3', bucket: match[1]!, prefix, endpoint };
   }
-  // D31: anything that starts like a URL (a scheme and a colon) is one, and only two kinds are known:
-  // `s3:/bucket` or `https://…` is a mistake to name, not a directory to create.
-  if (/^[a-z][a-z0-9+.-]*:/i.test(location) && !location.startsWith('file://')) {
+  // D31: anything that starts like a URL (a scheme, a colon and a slash) is one, and only two kinds are
+  // known: `s3:/bucket` or `https://…` is a mistake to name, not a directory to create.
+  const fileUrl = /^file:\/\//i;
+  if (/^[a-z][a-z0-9+.-]+:\//i.test(location) && !fileUrl.test(location)) {
     throw new ConfigError(
       `PLAYBOOK_CONTENT_STORE=${withoutCredentials(location)} is not valid: expected a directory, file:///path or s3://bucket/prefix`,
     );
   }
-  return { kind: 'directory', path: path.resolve(location.replace(/^file:\/\//, '')) };
+  return { kind: 'directory', path: path.resolve(location.replace(fileUrl, '')) };
 }
 
 /**
@@ -286,6 +287,12 @@ function proxyEntryProblem(entry: string): string | undefined {
   const family = isIP(address);
   if (family === 0) return 'is not an IP address';
   if (prefix === undefined) return undefined;
+  // An IPv4 range may give its netmask rather than its length: it must be one, bits set from the left.
+  if (family === 4 && isIP(prefix) === 4) {
+    const mask = prefix.split('.').reduce((value, octet) => value * 256 + Number(octet), 0);
+    const inverted = 2 ** 32 - 1 - mask;
+    return (inverted & (inverted + 1)) === 0 ? undefined : 'has a netmask whose bits are not contiguous';
+  }
   const bits = family === 4 ? 32 : 128;
   if (!/^[0-9]{1,3}$/.test(prefix) || Number(prefix) > bits) {
     return `has a prefix length that is not 0-${bits}`;

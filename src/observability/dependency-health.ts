@@ -83,8 +83,8 @@ export class DependencyHealth {
 
 /** What a use of a dependency observes: its outcome, reported to the dependency's health. */
 export interface HealthReport {
-  succeeded(): void;
-  failed(error: unknown): void;
+  succeeded(part?: string): void;
+  failed(error: unknown, part?: string): void;
 }
 
 /** A health that observes nothing: parts opened without the service's (commands, tests). */

@@ -33,8 +33,8 @@ export interface RedisSharedStateOptions {
   readonly metrics?: Metrics;
 }
 
-/** Key ids are short and alphanumeric (D8). */
-const KEY_ID = /^[A-Za-z0-9]{1,64}$/;
+/** Key ids are short and alphanumeric (D8); a key changed otherwise than revoked is `changed:<id>`. */
+const KEY_ID = /^(?:changed:)?[A-Za-z0-9]{1,64}$/;
 /** Positions in the change log are counts. */
 const GENERATION = /^[0-9]{1,16}$/;
 

@@ -4,8 +4,13 @@ import { Type } from '@sinclair/typebox';
 /** A named check of one backend; throws when the backend does not answer. */
 export interface ReadinessCheck {
   readonly name: string;
-  /** Optional backends degrade the service but do not make it unready, even in the strict form. */
+  /** Optional backends (Redis) degrade the service but never make it unready but in the strict form. */
   readonly optional?: boolean;
+  /**
+   * Without an essential backend (the database) an instance serves only what it holds in memory;
+   * without any other (the object store) it still serves lists and content kept in the database.
+   */
+  readonly essential?: boolean;
   check(): Promise<void>;
 }
 
@@ -67,10 +72,10 @@ const ReadyQuery = Type.Object(
 
 /**
  * `/healthz` (the process is up) and `/readyz` (D18, D31), no credential. `/readyz` says whether this
- * instance should get traffic: not while it starts or drains, nor when it can serve nothing (a
- * required dependency is down and it holds nothing to serve). A dependency that every instance shares
- * being down is reported in the body but takes no instance out by itself, so that a load balancer
- * does not mark every instance failed at once; `?strict=true` fails on it all the same.
+ * instance should get traffic: not while it starts or drains, nor when it can serve nothing (the
+ * database is down and it holds nothing to serve). A dependency that every instance shares being down
+ * is reported in the body but takes no instance out by itself, so that a load balancer does not mark
+ * every instance failed at once; `?strict=true` fails when any dependency is down, Redis included.
  */
 export function operationsRoutes(readiness: Readiness): FastifyPluginAsyncTypebox {
   const instance = readiness.instance ?? new InstanceState();
@@ -87,11 +92,13 @@ export function operationsRoutes(readiness: Readiness): FastifyPluginAsyncTypebo
         reply.header('cache-control', 'no-store');
         const results = await Promise.all(readiness.checks.map(async (c) => [c, await run(c)] as const));
         const checks = Object.fromEntries(results.map(([c, result]) => [c.name, result]));
-        const dependenciesUp = results.every(([c, result]) => result === 'ok' || c.optional);
+        const down = (which: (c: ReadinessCheck) => boolean) =>
+          results.some(([c, result]) => result !== 'ok' && which(c));
         let status: string;
         if (instance.state !== 'serving') status = instance.state;
-        else if (dependenciesUp) status = 'ready';
-        else if (request.query.strict !== true && readiness.servesFromMemory?.()) status = 'degraded';
+        else if (request.query.strict === true) status = down(() => true) ? 'unavailable' : 'ready';
+        else if (!down((c) => !c.optional)) status = 'ready';
+        else if (!down((c) => c.essential === true) || readiness.servesFromMemory?.()) status = 'degraded';
         else status = 'unavailable';
         const ready = status === 'ready' || status === 'degraded';
         reply.code(ready ? 200 : 503);

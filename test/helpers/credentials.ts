@@ -95,6 +95,9 @@ export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetu
     ...(setup.beforeCommit ? { beforeCommit: setup.beforeCommit } : {}),
   });
   const identity = createIdentity(config, db, setup.logger ?? pino({ level: 'silent' }), {
+    // Usage times are written when a test flushes or closes, never by a timer in the middle of a test
+    // that compares what storage holds before and after a refused write.
+    usageFlushIntervalMs: 3_600_000,
     ...setup.options,
     writes,
   });

@@ -183,7 +183,7 @@ describe('errors and operations', () => {
       const probe = await buildApp({
         ...appParts(),
         readiness: [
-          { name: 'database', check: failing },
+          { name: 'database', essential: true, check: failing },
           { name: 'cache', optional: true, check: failing },
           { name: 'contentStore', check: () => backend.objectStore.check() },
         ],
@@ -216,6 +216,8 @@ describe('errors and operations', () => {
 
     it('D31: /readyz answers for this instance: starting and draining fail; a shared dependency down fails only an instance that holds nothing, or the strict form', async () => {
       let databaseUp = true;
+      let storeUp = true;
+      let redisUp = true;
       let holds = false;
       const instance = new InstanceState('starting');
       const probe = await buildApp({
@@ -223,11 +225,24 @@ describe('errors and operations', () => {
         readiness: [
           {
             name: 'database',
+            essential: true,
             check: async () => {
               if (!databaseUp) throw new Error('connect ECONNREFUSED 10.0.0.1:5432');
             },
           },
-          { name: 'redis', optional: true, check: async () => {} },
+          {
+            name: 'contentStore',
+            check: async () => {
+              if (!storeUp) throw new Error('timed out');
+            },
+          },
+          {
+            name: 'redis',
+            optional: true,
+            check: async () => {
+              if (!redisUp) throw new Error('connection closed');
+            },
+          },
         ],
         instance,
         servesFromMemory: () => holds,
@@ -247,8 +262,19 @@ describe('errors and operations', () => {
         expect(await ready()).toEqual([200, 'degraded', 'unavailable']);
         expect(await ready('?strict=true')).toEqual([503, 'unavailable', 'unavailable']);
         expect(await ready('?strict=false')).toEqual([200, 'degraded', 'unavailable']);
-        instance.state = 'draining';
+        // The object store out: lists and content kept in the database are still served.
         databaseUp = true;
+        holds = false;
+        storeUp = false;
+        expect(await ready()).toEqual([200, 'degraded', 'ok']);
+        expect(await ready('?strict=true')).toEqual([503, 'unavailable', 'ok']);
+        // Redis out: ready, but not in the strict form, which fails on any dependency.
+        storeUp = true;
+        redisUp = false;
+        expect(await ready()).toEqual([200, 'ready', 'ok']);
+        expect(await ready('?strict=true')).toEqual([503, 'unavailable', 'ok']);
+        redisUp = true;
+        instance.state = 'draining';
         expect(await ready()).toEqual([503, 'draining', 'ok']);
         // Its query is checked like any other.
         for (const query of ['?strict=maybe', '?other=1', '?strict=true&strict=false']) {

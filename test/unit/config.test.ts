@@ -91,6 +91,7 @@ describe('configuration (D13)', () => {
     ['loopback,uniquelocal', ['loopback', 'uniquelocal']],
     ['0.0.0.0/0', ['0.0.0.0/0']],
     ['::/128', ['::/128']],
+    ['10.0.0.0/255.0.0.0', ['10.0.0.0/255.0.0.0']],
   ])('PLAYBOOK_TRUST_PROXY=%s', (value, expected) => {
     expect(loadConfig({ PLAYBOOK_TRUST_PROXY: value }).trustProxy).toEqual(expected);
   });
@@ -111,6 +112,15 @@ describe('configuration (D13)', () => {
     expect(loadConfig({ PLAYBOOK_CONTENT_STORE: 'file:///var/lib/playbook' }).contentStore).toEqual({
       kind: 'directory',
       path: '/var/lib/playbook',
+    });
+    expect(loadConfig({ PLAYBOOK_CONTENT_STORE: 'FILE:///var/lib/playbook' }).contentStore).toEqual({
+      kind: 'directory',
+      path: '/var/lib/playbook',
+    });
+    // A colon in a directory's name is no URL.
+    expect(loadConfig({ PLAYBOOK_CONTENT_STORE: '/srv/backup:2026' }).contentStore).toEqual({
+      kind: 'directory',
+      path: '/srv/backup:2026',
     });
   });
 
@@ -144,7 +154,7 @@ describe('configuration (D13)', () => {
     ['PLAYBOOK_TRUST_PROXY', '100'],
     // D31: a URL of a scheme the service does not know is no directory.
     ['PLAYBOOK_CONTENT_STORE', 's3:/nobucket'],
-    ['PLAYBOOK_CONTENT_STORE', 's3:nobucket'],
+    ['PLAYBOOK_TRUST_PROXY', '10.0.0.0/255.0.255.0'],
     ['PLAYBOOK_CONTENT_STORE', 'https://bucket.example.com/x'],
     ['PLAYBOOK_SHUTDOWN_DELAY_MS', '-1'],
     ['PLAYBOOK_SHUTDOWN_DELAY_MS', '600001'],

@@ -1,6 +1,8 @@
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { AccountPlans } from '../../src/accounts/account-plans.js';
+import { AnswerCache } from '../../src/answers/answer-cache.js';
+import { answerKey } from '../../src/answers/answer-keys.js';
 import type { ApiKeyWithPlan } from '../../src/auth/api-key-repository.js';
 import { ApiKeyVerifier } from '../../src/auth/api-key-verifier.js';
 import { sha256Hasher } from '../../src/auth/secret-digest.js';
@@ -10,6 +12,7 @@ import { MemoryTrust } from '../../src/changes/memory-trust.js';
 import type { Db } from '../../src/db/tables.js';
 import { InProcessBroadcast } from '../../src/foundation/broadcast.js';
 import { AuthenticationError, UnavailableError } from '../../src/foundation/errors.js';
+import { Answer } from '../../src/http/answer.js';
 import { DependencyHealth } from '../../src/observability/dependency-health.js';
 import { Metrics } from '../../src/observability/metrics.js';
 import { generateApiKey } from '../../src/schemas/api-key-format.js';
@@ -83,20 +86,74 @@ describe('dependency health (D31)', () => {
 });
 
 describe('trust in memory (D31)', () => {
+  /** A database health whose state the test sets, telling its listener as the real one does. */
+  function databaseHealth() {
+    let listener: ((up: boolean) => void) | undefined;
+    const state = {
+      isUp: true,
+      onChange: (next: (up: boolean) => void) => {
+        listener = next;
+        return () => {
+          listener = undefined;
+        };
+      },
+      set(up: boolean) {
+        state.isUp = up;
+        listener?.(up);
+      },
+    };
+    return state;
+  }
+
   it('trusts memory while the log is followed and while the database is out, not in between', () => {
     const follower = { current: true };
-    const database = { isUp: true };
+    const database = databaseHealth();
     const trust = new MemoryTrust({ follower, database });
     expect([trust.trusted, trust.outage]).toEqual([true, false]);
     // The database goes: the follower's read fails with it.
     follower.current = false;
-    database.isUp = false;
+    database.set(false);
     expect([trust.trusted, trust.outage]).toEqual([true, true]);
     // The database answers again, the log not yet read: memory may miss what changed meanwhile.
-    database.isUp = true;
+    database.set(true);
     expect([trust.trusted, trust.outage]).toEqual([false, false]);
     follower.current = true;
     expect(trust.trusted).toBe(true);
+  });
+
+  it('a failure after the database came back, before the log was read, is no outage to serve memory through', () => {
+    const follower = { current: true };
+    const database = databaseHealth();
+    const trust = new MemoryTrust({ follower, database });
+    follower.current = false;
+    database.set(false);
+    database.set(true);
+    // A busy pool times out: the database looks down again, but memory may already be stale.
+    database.set(false);
+    expect([trust.trusted, trust.outage]).toEqual([false, false]);
+    // Once the follower has read the log, an outage is served through again.
+    follower.current = true;
+    expect(trust.trusted).toBe(true);
+    follower.current = false;
+    expect([trust.trusted, trust.outage]).toEqual([true, true]);
+    trust.close();
+  });
+});
+
+describe('answers held while memory is not trusted (D31)', () => {
+  it('are neither served nor kept, and are served again once it is', () => {
+    const trust = { trusted: true, outage: false };
+    const cache = new AnswerCache(1024 * 1024, new Metrics(), trust);
+    const held = answerKey('resource', null, 'held');
+    cache.set(held, Answer.json('{"held":true}'), cache.ticket(), ['svc']);
+    expect(cache.get(held)).toBeDefined();
+    trust.trusted = false;
+    expect(cache.get(held)).toBeUndefined();
+    const made = answerKey('resource', null, 'made');
+    cache.set(made, Answer.json('{"made":true}'), cache.ticket(), ['svc']);
+    trust.trusted = true;
+    expect(cache.get(made)).toBeUndefined();
+    expect(cache.get(held)).toBeDefined();
   });
 });
 
@@ -119,7 +176,13 @@ describe('keys and plans through an outage (D31)', () => {
       replaced_by: null,
       plan: 'pro',
     } as unknown as ApiKeyWithPlan;
-    const storage = { down: false, reads: 0, row: row as ApiKeyWithPlan | undefined };
+    const storage = {
+      down: false,
+      reads: 0,
+      row: row as ApiKeyWithPlan | undefined,
+      /** While set, reads wait for it: a read under way when something else happens. */
+      gate: undefined as Promise<void> | undefined,
+    };
     const trust = { trusted: true, outage: false };
     let now = Date.parse('2031-05-01T12:00:00.000Z');
     const revocations = new InProcessBroadcast();
@@ -127,8 +190,10 @@ describe('keys and plans through an outage (D31)', () => {
       lookup: {
         find: async () => {
           storage.reads++;
+          const row = storage.row;
+          await storage.gate;
           if (storage.down) throw outage();
-          return storage.row;
+          return row;
         },
       },
       hasher: sha256Hasher,
@@ -188,6 +253,26 @@ describe('keys and plans through an outage (D31)', () => {
     const refusal = revoked.verifier.verify(revoked.key);
     await expect(refusal).rejects.toBeInstanceOf(AuthenticationError);
     await expect(refusal).rejects.toMatchObject({ reason: 'revoked' });
+  });
+
+  it('a read begun before a revocation was announced cannot undo it, for those that joined it too', async () => {
+    const { key, keyId, verifier, storage, revocations, advance } = setup();
+    await verifier.verify(key);
+    advance(5_000);
+    let open: () => void = () => {};
+    storage.gate = new Promise((resolve) => {
+      open = resolve;
+    });
+    // A read of the key begins; it will say what storage held before the revocation.
+    const first = verifier.verify(key);
+    await revocations.publish(keyId);
+    const second = verifier.verify(key);
+    open();
+    await expect(first).rejects.toMatchObject({ reason: 'revoked' });
+    await expect(second).rejects.toMatchObject({ reason: 'revoked' });
+    storage.gate = undefined;
+    storage.down = true;
+    await expect(verifier.verify(key)).rejects.toMatchObject({ reason: 'revoked' });
   });
 
   it('a key never verified here answers 503 while the database is out, not 401', async () => {
