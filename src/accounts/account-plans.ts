@@ -25,7 +25,8 @@ export class AccountPlans {
   async planOf(accountId: string): Promise<string> {
     const now = this.now();
     const cached = this.cache.get(accountId);
-    if (cached && (now - cached.at < this.maxAgeMs || this.trust.outage)) return cached.plan;
+    const fresh = cached !== undefined && now - cached.at < this.maxAgeMs;
+    if (cached && (fresh ? this.trust.trusted : this.trust.outage)) return cached.plan;
     let row: { plan: string } | undefined;
     try {
       row = await this.db

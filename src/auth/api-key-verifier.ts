@@ -116,8 +116,7 @@ export class ApiKeyVerifier {
     const digest = this.options.hasher.digest(parsed.secret);
     const now = this.now();
     const cached = this.cache.get(parsed.keyId);
-    if (!cached || (now - cached.validatedAt >= this.revalidateAfterMs && !this.trust.outage))
-      return undefined;
+    if (!cached || !this.servable(cached, now)) return undefined;
     if (!digestsEqual(digest, cached.digest) || this.refusalOf(cached, now)) return undefined;
     return this.grant(cached, now);
   }
@@ -195,6 +194,14 @@ export class ApiKeyVerifier {
     }
   }
 
+  /**
+   * Whether a held entry may be used without reading storage: a fresh one while memory is trusted
+   * (not once the database is back but the change log not yet read, D31), any one through an outage.
+   */
+  private servable(entry: CachedKey, now: number): boolean {
+    return now - entry.validatedAt < this.revalidateAfterMs ? this.trust.trusted : this.trust.outage;
+  }
+
   /** A key whose row changed (not revoked): forgotten, and read again at its next use. */
   private changed(keyId: string): void {
     this.revocationEpoch++;
@@ -222,7 +229,7 @@ export class ApiKeyVerifier {
   ): Promise<{ entry: CachedKey | undefined; fresh: { loaded: boolean; epoch: number } }> {
     const cached = this.cache.get(keyId);
     // Fresh, or served through a database outage (D31): storage is not asked.
-    if (cached && (now - cached.validatedAt < this.revalidateAfterMs || this.trust.outage)) {
+    if (cached && this.servable(cached, now)) {
       return { entry: cached, fresh: { loaded: false, epoch: this.revocationEpoch } };
     }
     // One storage read per key at a time, however many requests wait for it. A request that joins a

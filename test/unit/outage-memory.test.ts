@@ -275,6 +275,17 @@ describe('keys and plans through an outage (D31)', () => {
     await expect(verifier.verify(key)).rejects.toMatchObject({ reason: 'revoked' });
   });
 
+  it('while the database is back but the log not yet read, even a fresh key is read from storage', async () => {
+    const { key, verifier, storage, trust } = setup();
+    await verifier.verify(key);
+    trust.trusted = false;
+    const reads = storage.reads;
+    expect(verifier.verifyFromMemory(key)).toBeUndefined();
+    storage.row = { ...storage.row!, revoked_at: '2031-05-01T12:00:00.500Z' };
+    await expect(verifier.verify(key)).rejects.toMatchObject({ reason: 'revoked' });
+    expect(storage.reads).toBe(reads + 1);
+  });
+
   it('a key never verified here answers 503 while the database is out, not 401', async () => {
     const { key, verifier, storage, trust } = setup();
     storage.down = true;
