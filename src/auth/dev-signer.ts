@@ -1,5 +1,3 @@
-import { randomBytes } from 'node:crypto';
-import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
   type CryptoKey,
@@ -10,7 +8,7 @@ import {
   type JWK,
   SignJWT,
 } from 'jose';
-import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../foundation/private-files.js';
+import { readOrCreatePrivateFile } from '../foundation/private-files.js';
 
 /** The only algorithm of the embedded signer: asymmetric, so the verifier never holds a signing secret. */
 export const DEV_ALGORITHM = 'ES256';
@@ -54,37 +52,17 @@ function isPrivateEcJwk(value: unknown): value is JWK & { kid: string } {
   );
 }
 
-/**
- * Creates the key file once, atomically: written in full under a temporary name (mode 0600), then
- * linked into place. A concurrent creator (the server and `playbook token` started together) loses
- * the link race and reads the winner's key, so both always sign and verify with the same pair.
- */
-async function createKeyFile(file: string): Promise<void> {
+/** A new P-256 key pair as the JWK text of its private half, with its thumbprint as `kid`. */
+async function newKeyText(): Promise<string> {
   const { privateKey } = await generateKeyPair(DEV_ALGORITHM, { extractable: true });
   const jwk = await exportJWK(privateKey);
   const kid = await calculateJwkThumbprint({ kty: jwk.kty, crv: jwk.crv, x: jwk.x, y: jwk.y } as JWK);
-  const text = `${JSON.stringify({ ...jwk, kid, alg: DEV_ALGORITHM, use: 'sig' }, null, 2)}\n`;
-  await fs.mkdir(path.dirname(file), { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
-  const temporary = `${file}.${randomBytes(6).toString('hex')}.tmp`;
-  await fs.writeFile(temporary, text, { mode: PRIVATE_FILE_MODE, flag: 'wx' });
-  try {
-    await fs.link(temporary, file);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-  } finally {
-    await fs.rm(temporary, { force: true });
-  }
+  return `${JSON.stringify({ ...jwk, kid, alg: DEV_ALGORITHM, use: 'sig' }, null, 2)}\n`;
 }
 
 async function loadKeys(file: string): Promise<SigningKeys> {
-  let text: string;
-  try {
-    text = await fs.readFile(file, 'utf8');
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
-    await createKeyFile(file);
-    text = await fs.readFile(file, 'utf8');
-  }
+  // Made once, atomically: the server and `playbook token` started together sign and verify with one pair.
+  const text = await readOrCreatePrivateFile(file, newKeyText);
   let jwk: unknown;
   try {
     jwk = JSON.parse(text);

@@ -66,6 +66,9 @@ const EnvSchema = Type.Object({
     maximum: 2 ** 40,
     default: 64 * 1024 * 1024,
   }),
+  PLAYBOOK_DEPLOYMENT_KEY: Type.Optional(
+    Type.String({ minLength: 1, description: 'comma-separated base64 keys of at least 32 bytes each' }),
+  ),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' },
@@ -123,6 +126,11 @@ export interface Config {
    * stop sending it traffic (`PLAYBOOK_SHUTDOWN_DELAY_MS`).
    */
   readonly shutdownDelayMs: number;
+  /**
+   * D27/D28: the deployment's keys as written in `PLAYBOOK_DEPLOYMENT_KEY` (the first signs and seals);
+   * absent, the data directory's key file on SQLite (foundation/deployment-key.ts).
+   */
+  readonly deploymentKeys?: readonly string[];
 }
 
 /** A configuration value that stops the process; the message names the variable. */
@@ -252,8 +260,38 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     logLevel: env.LOG_LEVEL,
     trustProxy: parseTrustProxy(env.PLAYBOOK_TRUST_PROXY),
     shutdownDelayMs: env.PLAYBOOK_SHUTDOWN_DELAY_MS,
+    ...(env.PLAYBOOK_DEPLOYMENT_KEY === undefined
+      ? {}
+      : { deploymentKeys: parseDeploymentKeys(env.PLAYBOOK_DEPLOYMENT_KEY) }),
   };
   return deepFreeze(config);
+}
+
+/** Bytes of a deployment key; a configured key may be longer, never shorter. */
+export const DEPLOYMENT_KEY_BYTES = 32;
+
+/** The bytes of one deployment key written as base64 or base64url. */
+export function decodeDeploymentKey(text: string): Buffer {
+  return Buffer.from(text, /[-_]/.test(text) ? 'base64url' : 'base64');
+}
+
+/** What is wrong with one deployment key as written (base64 or base64url), if anything; never quotes it. */
+export function deploymentKeyProblem(text: string): string | undefined {
+  if (!/^[A-Za-z0-9+/_-]+={0,2}$/.test(text)) return 'is not base64';
+  const bytes = decodeDeploymentKey(text).length;
+  return bytes < DEPLOYMENT_KEY_BYTES
+    ? `holds ${bytes} bytes, at least ${DEPLOYMENT_KEY_BYTES} are needed (make one with: openssl rand -base64 32)`
+    : undefined;
+}
+
+/** The keys of `PLAYBOOK_DEPLOYMENT_KEY`, each checked; a message names the variable, never a key. */
+function parseDeploymentKeys(value: string): string[] {
+  return value.split(',').map((entry, index) => {
+    const key = entry.trim();
+    const problem = deploymentKeyProblem(key);
+    if (problem) throw new ConfigError(`PLAYBOOK_DEPLOYMENT_KEY is not valid: key ${index + 1} ${problem}`);
+    return key;
+  });
 }
 
 /** Ranges of addresses that the proxy-address matcher knows by name. */

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -191,6 +192,8 @@ async function createProductionBackend(
       PLAYBOOK_DATABASE_URL: databaseUrl.toString(),
       PLAYBOOK_CONTENT_STORE: `s3://${bucket}/${prefix}`,
       PLAYBOOK_S3_ENDPOINT: servers.s3.endpoint,
+      // Instances that share a PostgreSQL database share the deployment's key (D27, D28).
+      PLAYBOOK_DEPLOYMENT_KEY: randomBytes(32).toString('base64'),
       AWS_REGION: servers.s3.region,
       AWS_ACCESS_KEY_ID: servers.s3.accessKeyId,
       AWS_SECRET_ACCESS_KEY: servers.s3.secretAccessKey,
