@@ -22,6 +22,9 @@ export function registerServeCommand(program: Command, context: CliContext): voi
       const services = await context.openServices(traced ? { tracing: traced } : {});
       // The HTTP side is loaded by this command only: the others never need it.
       const { buildApp } = await import('../composition/app.js');
+      // D29: the docs pages are rendered once, before the first request.
+      const { renderDocs } = await import('../docs/docs-site.js');
+      const docs = await renderDocs();
       // D31: `/readyz` fails until the instance listens with the change log followed, and from the stop
       // signal on, while the instance goes on serving for the shutdown delay.
       const instance = new InstanceState('starting');
@@ -45,6 +48,7 @@ export function registerServeCommand(program: Command, context: CliContext): voi
         tokenKeys: config.jwt.jwksUrl === undefined ? 'embedded' : 'jwks',
         metrics: services.metrics,
         ...(traced ? { tracing: traced } : {}),
+        docs,
         logger,
       });
       if (traced) {

@@ -14,6 +14,7 @@ import type { ApiKeyService } from '../auth/api-key-service.js';
 import type { Authenticator } from '../auth/authenticator.js';
 import type { LeakReportSignatures } from '../auth/leak-reports.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
+import { type DocsSite, renderDocs } from '../docs/docs-site.js';
 import { holdsCredential } from '../foundation/redact-url.js';
 import { CREDENTIAL_SAFE_SERIALIZERS } from '../http/access-log.js';
 import { clientErrorHandler } from '../http/connection-close.js';
@@ -23,6 +24,7 @@ import { isCheckedInSlices } from '../http/sliced-body.js';
 import { Metrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/tracing.js';
 import type { PublishService } from '../publish/publish-service.js';
+import { docsPagesRoutes } from '../routes/docs-pages.js';
 import { identityRoutes } from '../routes/identity.js';
 import { type InstanceState, operationsRoutes, type ReadinessCheck } from '../routes/operations.js';
 import { playbookRoutes } from '../routes/playbook.js';
@@ -69,6 +71,11 @@ export interface AppDependencies {
   readonly tokenKeys?: 'jwks' | 'embedded';
   /** D25: the service's metrics, which requests are counted into; metrics of its own by default. */
   readonly metrics?: Metrics;
+  /**
+   * D29: the pages of `docs/` served under `/docs`, rendered at start by `serve`; without them, this
+   * checkout's are rendered when a page is first asked for (most apps built by tests never are).
+   */
+  readonly docs?: DocsSite;
 }
 
 /** D20's defaults, as the configuration has them. */
@@ -194,6 +201,9 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     leakReports: deps.leakSignatures !== undefined,
     tokenKeys: deps.tokenKeys ?? 'embedded',
   });
+  const docs = deps.docs;
+  let rendering: Promise<DocsSite> | undefined;
+  await app.register(docsPagesRoutes(docs ? async () => docs : () => (rendering ??= renderDocs())));
 
   await app.register(
     operationsRoutes({

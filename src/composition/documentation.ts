@@ -51,6 +51,8 @@ async function describe(app: FastifyInstance, security: SecuritySetup): Promise<
     return {
       name: 'Playbook API',
       documentation: '/docs',
+      guides: '/docs/guides',
+      problems: '/docs/problems',
       openapi: '/v3/openapi.json',
       health: '/healthz',
       readiness: '/readyz',
