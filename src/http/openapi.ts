@@ -103,12 +103,12 @@ const ACCOUNT_SELECTOR: Json = {
 const TAGS = [
   {
     name: 'playbook',
-    description: 'Reading Catalogs, Resources and Resource Versions (contract.md §4.1-4.4, D16)',
+    description: 'Reading Catalogs, Resources and Resource Versions, and the version history of a Resource',
   },
   {
     name: 'identity',
     description:
-      'Creating, listing, revoking and rolling API keys with a user access token (contract.md §4.5, D8, D22), and reports of leaked keys',
+      'Creating, listing, revoking and rolling API keys with a user access token, and reports of leaked keys',
   },
 ];
 

@@ -388,7 +388,7 @@ export class Metrics {
     });
     this.dependencyUp = new Gauge({
       name: 'playbook_dependency_up',
-      help: '1 while a dependency (database, contentStore, redis) answers this instance, 0 while it does not (D31)',
+      help: '1 while a dependency (database, contentStore, redis) answers this instance, 0 while it does not',
       labelNames: ['dependency'] as const,
       registers,
     });

@@ -144,7 +144,7 @@ export function identityRoutes(
           operationId: 'listAuditEvents',
           summary: "List an account's audit events, newest first",
           description:
-            "Every write of the account's Catalogs and every key event (creation, roll, revocation, leak revocation), with who did it and the request id (D23). Events are never changed or removed.",
+            "Every write of the account's Catalogs and every key event (creation, roll, revocation, leak revocation), with who did it and the request id. Events are never changed or removed.",
           tags: ['identity'],
           security,
           querystring: ListAuditEventsQuery,
@@ -175,7 +175,7 @@ export function identityRoutes(
           operationId: 'rollApiKey',
           summary: 'Replace an API key with a new one, the old one working on for an overlap',
           description:
-            'Mints a key of the same name, account and scopes (D22), without expiry; the old key keeps working for overlapSeconds, then expires. Rotation in one call, with no moment when neither key works. A revoked or expired key cannot be rolled (409 key_inactive); a key of an account the user may not act for is 404.',
+            'Mints a key of the same name, account and scopes, without expiry; the old key keeps working for overlapSeconds, then expires. Rotation in one call, with no moment when neither key works. A revoked or expired key cannot be rolled (409 key_inactive); a key of an account the user may not act for is 404.',
           tags: ['identity'],
           security,
           params: ApiKeyParams,
@@ -255,7 +255,7 @@ function leakReportRoute(keys: ApiKeyService, options: IdentityRouteOptions): Fa
           operationId: 'reportLeakedApiKeys',
           summary: 'Report leaked API keys; every live one is revoked at once',
           description:
-            "For GitHub's secret scanning partner program (D22): a JSON array of { token, type, url, source }, signed with ECDSA P-256 over the raw body. Github-Public-Key-Identifier names the key among those listed at PLAYBOOK_LEAK_REPORT_KEYS_URL, Github-Public-Key-Signature carries the base64 DER signature; no other credential is taken. Each reported token that is a key of this deployment is revoked on every instance within a second. The answer is the program's feedback format, one verdict per token, naming the token by its SHA-256.",
+            "For GitHub's secret scanning partner program: a JSON array of { token, type, url, source }, signed with ECDSA P-256 over the raw body. Github-Public-Key-Identifier names the key among those listed at PLAYBOOK_LEAK_REPORT_KEYS_URL, Github-Public-Key-Signature carries the base64 DER signature; no other credential is taken. Each reported token that is a key of this deployment is revoked on every instance within a second. The answer is the program's feedback format, one verdict per token, naming the token by its SHA-256.",
           tags: ['identity'],
           security: [{ leakReportSignature: [] }],
           // A deployment without a key list takes no leak reports (the operation answers 501): its

@@ -185,7 +185,7 @@ export const Problem = Type.Object(
           name: Type.String({ maxLength: MAX_PROBLEM_TEXT, description: 'the parameter, field or header' }),
           message: Type.String({ maxLength: MAX_PROBLEM_TEXT }),
         }),
-        { maxItems: MAX_LISTED_PROBLEMS, description: 'each problem of a 400, at most 20 (D20)' },
+        { maxItems: MAX_LISTED_PROBLEMS, description: 'each problem of a 400, at most 20' },
       ),
     ),
   },

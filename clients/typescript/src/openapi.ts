@@ -112,7 +112,7 @@ export interface paths {
         get?: never;
         /**
          * Publish a whole Catalog of your account, declaratively
-         * @description Exactly an import of one catalog folder (D15, D23), in one transaction: new Resource Versions, superseding, immutable labels (409 version_label_taken), Resources left out archived, a new Catalog version when the pins change. 201 when the Catalog is created, else 200; the same body twice writes nothing. dryRun=true reports and writes nothing. The body is at most PLAYBOOK_MAX_PUBLISH_BYTES and holds at most PLAYBOOK_MAX_PUBLISH_RESOURCES Resources (413 past it); a 400 lists the first 20 problems, and checking stops at the 21st.
+         * @description Exactly an import of one catalog folder, in one transaction: new Resource Versions, superseding, immutable labels (409 version_label_taken), Resources left out archived, a new Catalog version when the pins change. 201 when the Catalog is created, else 200; the same body twice writes nothing. dryRun=true reports and writes nothing. The body is at most PLAYBOOK_MAX_PUBLISH_BYTES and holds at most PLAYBOOK_MAX_PUBLISH_RESOURCES Resources (413 past it); a 400 lists the first 20 problems, and checking stops at the 21st.
          */
         put: operations["putCatalog"];
         post?: never;
@@ -223,7 +223,7 @@ export interface paths {
         };
         /**
          * List an account's audit events, newest first
-         * @description Every write of the account's Catalogs and every key event (creation, roll, revocation, leak revocation), with who did it and the request id (D23). Events are never changed or removed. HEAD answers as GET does, with the same status and headers (a 304 included) and no body.
+         * @description Every write of the account's Catalogs and every key event (creation, roll, revocation, leak revocation), with who did it and the request id. Events are never changed or removed. HEAD answers as GET does, with the same status and headers (a 304 included) and no body.
          */
         get: operations["listAuditEvents"];
         put?: never;
@@ -245,7 +245,7 @@ export interface paths {
         put?: never;
         /**
          * Replace an API key with a new one, the old one working on for an overlap
-         * @description Mints a key of the same name, account and scopes (D22), without expiry; the old key keeps working for overlapSeconds, then expires. Rotation in one call, with no moment when neither key works. A revoked or expired key cannot be rolled (409 key_inactive); a key of an account the user may not act for is 404.
+         * @description Mints a key of the same name, account and scopes, without expiry; the old key keeps working for overlapSeconds, then expires. Rotation in one call, with no moment when neither key works. A revoked or expired key cannot be rolled (409 key_inactive); a key of an account the user may not act for is 404.
          */
         post: operations["rollApiKey"];
         delete?: never;
@@ -276,7 +276,7 @@ export interface components {
             detail: string;
             /** @description the x-request-id of the answer */
             requestId: string;
-            /** @description each problem of a 400, at most 20 (D20) */
+            /** @description each problem of a 400, at most 20 */
             errors?: {
                 /** @enum {string} */
                 in: "query" | "path" | "body" | "header";
