@@ -1,6 +1,6 @@
 import { type KeyManager, mayActFor } from '../auth/api-key-service.js';
 import { type Change, toChange } from '../changes/change-log.js';
-import type { Db } from '../db/tables.js';
+import type { ChangeRow, Db } from '../db/tables.js';
 import { type PageRequest, readPage } from '../foundation/paging.js';
 import type { AuditEvent, AuditEventPage } from '../schemas/audit.js';
 
@@ -22,6 +22,12 @@ export function toAuditEvent(change: Change): AuditEvent {
     ...(change.requestId === undefined ? {} : { requestId: change.requestId }),
     summary: change.summary,
   };
+}
+
+/** An event with its place in the change log: what a reader that goes on from it passes back. */
+export interface LoggedEvent {
+  readonly seq: number;
+  readonly event: AuditEvent;
 }
 
 /**
@@ -61,4 +67,41 @@ export class AuditLog {
     );
     return { data: rows.map((row) => toAuditEvent(toChange(row))), meta };
   }
+
+  /**
+   * Up to `limit` of an account's events, newest first, older than `beforeSeq` (from the newest when
+   * not given): an operator's read (`playbook audit`), a page at a time through the account's index.
+   */
+  async newestBefore(
+    accountId: string,
+    beforeSeq: number | undefined,
+    limit: number,
+  ): Promise<LoggedEvent[]> {
+    let query = this.db.selectFrom('changes').selectAll().where('namespace', '=', accountId);
+    if (beforeSeq !== undefined) query = query.where('seq', '<', beforeSeq);
+    const rows = await query.orderBy('seq', 'desc').limit(limit).execute();
+    return rows.map(loggedEvent);
+  }
+
+  /**
+   * Up to `limit` of an account's events after `afterSeq`, oldest first (`playbook audit --follow`).
+   * Nothing is missed by reading on from the last one seen: no change commits behind one a reader has
+   * seen (D26).
+   */
+  async oldestAfter(accountId: string, afterSeq: number, limit: number): Promise<LoggedEvent[]> {
+    const rows = await this.db
+      .selectFrom('changes')
+      .selectAll()
+      .where('namespace', '=', accountId)
+      .where('seq', '>', afterSeq)
+      .orderBy('seq')
+      .limit(limit)
+      .execute();
+    return rows.map(loggedEvent);
+  }
+}
+
+function loggedEvent(row: ChangeRow): LoggedEvent {
+  const change = toChange(row);
+  return { seq: change.seq, event: toAuditEvent(change) };
 }

@@ -64,8 +64,9 @@ export function toApiKey(row: ApiKeyRow, pendingLastUsed?: string): ApiKey {
 }
 
 /**
- * Creating, listing and revoking API keys (D8). Methods named `…For` act for a user and apply the
- * account rule; the others are for operators (`playbook keys`).
+ * Creating, rolling, listing and revoking API keys (D8, D22). Methods named `…For` act for a user and
+ * apply the account rule; the others are for operators (`playbook keys`), and the change log names
+ * the operator as their actor.
  */
 export class ApiKeyService {
   private readonly now: () => number;
@@ -80,6 +81,15 @@ export class ApiKeyService {
   /** Mints a key of this deployment's environment; the key string is in the answer and nowhere else. */
   async createFor(user: KeyManager, input: CreateApiKeyBody): Promise<CreatedApiKey> {
     mayActFor(user, input.accountId);
+    return this.createAs(userActing(user), input);
+  }
+
+  /** Mints a key as an operator (`playbook keys create`), for any account. */
+  async create(input: CreateApiKeyBody): Promise<CreatedApiKey> {
+    return this.createAs(OPERATOR, input);
+  }
+
+  private async createAs(acting: Acting, input: CreateApiKeyBody): Promise<CreatedApiKey> {
     const now = this.now();
     let expiresAt: string | undefined;
     if (input.expiresAt !== undefined) {
@@ -88,9 +98,9 @@ export class ApiKeyService {
       if (at <= now) throw InputError.of('body', 'expiresAt', 'must be in the future');
       expiresAt = new Date(at).toISOString();
     }
-    const minted = this.mint(user, { ...input, expiresAt }, now);
+    const minted = this.mint(acting, { ...input, expiresAt }, now);
     const at = minted.row.created_at;
-    await this.options.writes.run('key-create', writerOf(user, at), async (write) => {
+    await this.options.writes.run('key-create', { ...acting.writer, at }, async (write) => {
       if (await createAccountIfAbsent(write.db, input.accountId, at)) {
         await write.append([accountCreated(input.accountId)]);
       }
@@ -106,14 +116,23 @@ export class ApiKeyService {
    * revoked or expired key cannot be rolled (409): it has nothing left to hand over.
    */
   async rollFor(user: KeyManager, keyId: string, overlapSeconds: number): Promise<CreatedApiKey> {
+    return this.rollAs(userActing(user), keyId, overlapSeconds);
+  }
+
+  /** Rolls a key as an operator (`playbook keys roll`), of any account. */
+  async roll(keyId: string, overlapSeconds: number): Promise<CreatedApiKey> {
+    return this.rollAs(OPERATOR, keyId, overlapSeconds);
+  }
+
+  private async rollAs(acting: Acting, keyId: string, overlapSeconds: number): Promise<CreatedApiKey> {
     const now = this.now();
     const at = new Date(now).toISOString();
-    const created = await this.options.writes.run('key-roll', writerOf(user, at), async (write) => {
+    const created = await this.options.writes.run('key-roll', { ...acting.writer, at }, async (write) => {
       const trx = write.db;
       const old = await repo.findApiKey(trx, keyId);
-      if (!old || !user.accounts.includes(old.account_id)) throw new NotFoundError('no such API key');
+      if (!old || !acting.mayActFor(old.account_id)) throw new NotFoundError('no such API key');
       const minted = this.mint(
-        user,
+        acting,
         { name: old.name, accountId: old.account_id, scopes: JSON.parse(old.scopes) as Scope[] },
         now,
       );
@@ -142,7 +161,7 @@ export class ApiKeyService {
 
   /** A new key's row and its one-time answer; nothing is stored yet. */
   private mint(
-    user: KeyManager,
+    acting: Acting,
     input: { name: string; accountId: string; scopes: Scope[]; expiresAt?: string | undefined },
     now: number,
   ): { row: ApiKeyRow; created: CreatedApiKey } {
@@ -154,7 +173,7 @@ export class ApiKeyService {
       scopes: JSON.stringify(input.scopes),
       environment,
       secret_hash: this.options.hasher.digest(secret).toString('hex'),
-      created_by: user.subject,
+      created_by: acting.createdBy,
       created_at: new Date(now).toISOString(),
       expires_at: input.expiresAt ?? null,
       revoked_at: null,
@@ -262,10 +281,28 @@ export class ApiKeyService {
   }
 }
 
-/** A user's key event, as the unit of work is told of it. */
-function writerOf(user: KeyManager, at: string) {
-  return { actor: { type: 'user', id: user.subject } as const, requestId: user.requestId, at };
+/** Who acts on keys: whom the change log names, who is stored as a key's creator, and for which accounts. */
+interface Acting {
+  readonly writer: { readonly actor: ChangeActor; readonly requestId?: string | undefined };
+  readonly createdBy: string;
+  mayActFor(accountId: string): boolean;
 }
+
+/** A user, for the accounts their access token names. */
+function userActing(user: KeyManager): Acting {
+  return {
+    writer: { actor: { type: 'user', id: user.subject }, requestId: user.requestId },
+    createdBy: user.subject,
+    mayActFor: (accountId) => user.accounts.includes(accountId),
+  };
+}
+
+/** An operator of the deployment (the command line on its storage), for every account. */
+const OPERATOR: Acting = {
+  writer: { actor: { type: 'operator' } },
+  createdBy: 'operator',
+  mayActFor: () => true,
+};
 
 /** The change a key event appends to the log, under the key's account. */
 function keyChange(
