@@ -4,38 +4,43 @@ import type { Command } from 'commander';
 import { readImportTree } from '../import/read-tree.js';
 import { MAX_CONTENT_BYTES_CEILING } from '../schemas/playbook.js';
 import { type CliContext, CommandError } from './context.js';
+import { serviceUrl, URL_OPTION } from './service-client.js';
 
 interface PublishCommandOptions {
-  url: string;
+  url?: string;
   dryRun?: boolean;
 }
 
 type ResourceInput = CatalogInput['resources'][number];
 
 /**
- * `playbook publish <catalogDir> --url <baseUrl> [--dry-run]` (D23): PUTs one catalog folder (the
- * format of `playbook import`, D15) to a running service through the client library, with the key
- * from `PLAYBOOK_API_KEY` (never a flag: flags end up in shell histories and CI logs). Prints the
- * change report; on a refusal, exits 1 with the problem's detail.
+ * `playbook publish <catalogDir> [--url <baseUrl>] [--dry-run]` (D23, D29): PUTs one catalog folder
+ * (the format of `playbook import`, D15) to the running service at `--url`, else `PLAYBOOK_URL`,
+ * through the client library, with the key from `PLAYBOOK_API_KEY` (never a flag: flags end up in
+ * shell histories and CI logs). Prints the change report; on a refusal, exits 1 with the problem's
+ * detail.
  *
  * @example
- * PLAYBOOK_API_KEY=svc_sk_live_… playbook publish catalogs/handbook --url https://playbook.example.com
+ * PLAYBOOK_URL=https://playbook.example.com PLAYBOOK_API_KEY=svc_sk_live_… playbook publish catalogs/handbook
  */
 export function registerPublishCommand(program: Command, context: CliContext): void {
   program
     .command('publish')
     .description('publish one catalog folder to a running service, as the account of PLAYBOOK_API_KEY')
     .argument('<catalogDir>', 'a catalog folder: catalog.json and resources/')
-    .requiredOption('--url <baseUrl>', 'where the service is, e.g. https://playbook.example.com')
+    .option(...URL_OPTION)
     .option('--dry-run', 'report what would change, write nothing')
     .action(async (catalogDir: string, options: PublishCommandOptions, command: Command) => {
       const apiKey = context.env.PLAYBOOK_API_KEY;
       if (!apiKey)
         command.error('error: PLAYBOOK_API_KEY must hold an API key with the playbook:write scope');
-      if (!/^https?:\/\//.test(options.url)) command.error(`error: --url must be an http(s) URL`);
+      const url = serviceUrl(context, options.url, command);
+      if (url === undefined) {
+        command.error('error: give --url, or set PLAYBOOK_URL, to where the service is');
+      }
       let playbook: Playbook;
       try {
-        playbook = new Playbook({ apiKey, baseUrl: options.url });
+        playbook = new Playbook({ apiKey, baseUrl: url });
       } catch {
         // Checked offline before anything is read or sent; the key is never printed.
         command.error('error: PLAYBOOK_API_KEY is not a valid API key');

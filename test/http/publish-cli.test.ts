@@ -1,21 +1,13 @@
 import path from 'node:path';
-import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { main } from '../../src/cli/program.js';
 import { listenLocally } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { runCli } from '../helpers/cli.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
+import { freePort } from '../helpers/servers.js';
 import { catalogJson, newTreeDir, resourceJson, writeTree } from '../import/support.js';
-
-class Capture extends Writable {
-  text = '';
-  override _write(chunk: Buffer, _encoding: string, done: () => void): void {
-    this.text += chunk.toString('utf8');
-    done();
-  }
-}
 
 /** D23: `playbook publish <catalogDir> --url <baseUrl> [--dry-run]`, walked against a running server. */
 describe('playbook publish (D23)', () => {
@@ -53,16 +45,8 @@ describe('playbook publish (D23)', () => {
     await backend.cleanup();
   });
 
-  async function publish(args: string[], env: Record<string, string> = { PLAYBOOK_API_KEY: key }) {
-    const stdout = new Capture();
-    const stderr = new Capture();
-    const code = await main(
-      ['node', 'playbook', 'publish', ...args],
-      { ...backend.env, ...env },
-      { stdout, stderr },
-    );
-    return { code, stdout: stdout.text, stderr: stderr.text };
-  }
+  const publish = (args: string[], env: Record<string, string> = { PLAYBOOK_API_KEY: key }) =>
+    runCli(['publish', ...args], { ...backend.env, ...env });
   const listed = async () =>
     (
       await app.inject({ url: '/v3/playbook/catalogs/org/handbook/resources', headers: { 'x-api-key': key } })
@@ -102,6 +86,24 @@ describe('playbook publish (D23)', () => {
     expect(again.stdout.trim()).toBe(
       'org/handbook: 0 created, 0 updated, 0 superseded, 0 archived, 2 unchanged',
     );
+  });
+
+  it('reads the service from PLAYBOOK_URL when --url is not given; --url wins over it (D29)', async () => {
+    const fromEnv = await publish([folder, '--dry-run'], { PLAYBOOK_API_KEY: key, PLAYBOOK_URL: baseUrl });
+    expect(fromEnv).toMatchObject({ code: 0, stderr: '' });
+    expect(fromEnv.stdout.trim().split('\n').at(-1)).toMatch(/^dry run of org\/handbook: /);
+    const nowhere = `http://127.0.0.1:${await freePort()}`;
+    const flag = await publish([folder, '--dry-run', '--url', baseUrl], {
+      PLAYBOOK_API_KEY: key,
+      PLAYBOOK_URL: nowhere,
+    });
+    expect(flag).toMatchObject({ code: 0, stderr: '' });
+    const bad = await publish([folder], { PLAYBOOK_API_KEY: key, PLAYBOOK_URL: 'ftp://x' });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('PLAYBOOK_URL must be an http(s) URL');
+    const none = await publish([folder], { PLAYBOOK_API_KEY: key });
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain('give --url, or set PLAYBOOK_URL');
   });
 
   it("exits 1 with the problem's detail when the service refuses, and writes nothing", async () => {
