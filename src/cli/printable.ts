@@ -17,3 +17,15 @@ export function printable(text: string): string {
     (character) => `\\u${character.charCodeAt(0).toString(16).padStart(4, '0')}`,
   );
 }
+
+/**
+ * A value as one line of JSON that a terminal shows as it is: compact (no line breaks or tabs of its
+ * own), with the characters `printable` escapes written as JSON escapes, which read back as the same
+ * text. For `--json` output, which is parsed by scripts and read by people alike.
+ *
+ * @example
+ * printableJson({ name: 'a\u202eb' }); // '{"name":"a\\u202eb"}'
+ */
+export function printableJson(value: unknown): string {
+  return printable(JSON.stringify(value));
+}

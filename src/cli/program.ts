@@ -9,6 +9,7 @@ import { PROJECT_ROOT } from '../foundation/project-root.js';
 import { REDACTED_PATHS } from '../http/access-log.js';
 import { Metrics } from '../observability/metrics.js';
 import { registerAccountsCommand } from './accounts.js';
+import { registerAuditCommand } from './audit.js';
 import { type CliContext, CommandError } from './context.js';
 import { registerImportCommand } from './import.js';
 import { registerKeysCommand } from './keys.js';
@@ -138,6 +139,7 @@ export function buildProgram(context: CliContext): Command {
     registerTokenCommand,
     registerKeysCommand,
     registerPublishCommand,
+    registerAuditCommand,
   ]) {
     register(program, context);
   }

@@ -1,20 +1,25 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { Writable } from 'node:stream';
+import type { Command } from 'commander';
 import { decodeJwt } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEV_KEY_FILE } from '../../src/auth/dev-signer.js';
-import { main } from '../../src/cli/program.js';
+import { readHead } from '../../src/changes/change-log.js';
+import { buildProgram, createContext } from '../../src/cli/program.js';
 import { composeApiKey } from '../../src/schemas/api-key-format.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { loggedChanges } from '../helpers/changes.js';
+import { Capture, runCli } from '../helpers/cli.js';
 import { createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 
-class Capture extends Writable {
-  text = '';
-  override _write(chunk: Buffer, _encoding: string, done: () => void): void {
-    this.text += chunk.toString('utf8');
-    done();
-  }
+/** `keys create` with a valid account, name and scope, each replaced (or left out: null) as given. */
+function creating(changes: Record<string, string | null>): string[] {
+  const flags = { '--account': 'acme', '--name': 'n', '--scope': 'playbook:read', ...changes };
+  return [
+    'keys',
+    'create',
+    ...Object.entries(flags).flatMap(([flag, value]) => (value === null ? [] : [flag, value])),
+  ];
 }
 
 describe('playbook token and playbook keys (D14)', () => {
@@ -30,12 +35,7 @@ describe('playbook token and playbook keys (D14)', () => {
     await backend.cleanup();
   });
 
-  async function run(args: string[], env: Record<string, string> = {}) {
-    const stdout = new Capture();
-    const stderr = new Capture();
-    const code = await main(['node', 'playbook', ...args], { ...backend.env, ...env }, { stdout, stderr });
-    return { code, stdout: stdout.text, stderr: stderr.text };
-  }
+  const run = (args: string[], env: Record<string, string> = {}) => runCli(args, { ...backend.env, ...env });
 
   describe('playbook token', () => {
     it('prints only a token the service accepts, signed with a key made in the data directory', async () => {
@@ -129,6 +129,17 @@ describe('playbook token and playbook keys (D14)', () => {
       expect(rows[second.id]?.slice(1, 4)).toEqual(['revoked', 'test', 'playbook:read,playbook:write']);
       expect(result.stdout).not.toContain(first.key);
       expect(result.stdout).not.toContain(first.key.split('_')[4]);
+
+      // --json: the API's shape, on one line, the same characters escaped as JSON escapes.
+      const json = await run(['keys', 'list', '--account', 'listed', '--json']);
+      expect(json).toMatchObject({ code: 0, stderr: '' });
+      expect(json.stdout.endsWith('\n')).toBe(true);
+      expect(json.stdout.trim()).not.toContain('\n');
+      expect(json.stdout).not.toContain('\u001b');
+      expect(json.stdout).not.toContain('\u202e');
+      expect(json.stdout).toContain('\\u202e');
+      expect(JSON.parse(json.stdout)).toEqual(await identity.keys.list('listed'));
+      expect(json.stdout).not.toContain(first.key.split('_')[4]);
     });
 
     it('revokes a key; a running service refuses it within a second', async () => {
@@ -158,6 +169,331 @@ describe('playbook token and playbook keys (D14)', () => {
       expect((await run(['keys', 'revoke'])).code).toBe(2);
       expect((await run(['keys', 'list'])).code).toBe(2);
       expect((await run(['keys', 'list', '--account', 'bad id'])).code).toBe(2);
+    });
+  });
+
+  describe('playbook keys create and roll, as an operator (D29)', () => {
+    it('creates a key: the key alone on stdout, once, what it is on stderr; the change log names the operator', async () => {
+      const result = await run([
+        'keys',
+        'create',
+        '--account',
+        'newcomer',
+        '--name',
+        'first',
+        '--scope',
+        'playbook:read',
+      ]);
+      expect(result.code).toBe(0);
+      expect(result.stdout).toMatch(/^svc_sk_test_[A-Za-z0-9]+_[A-Za-z0-9]+\n$/);
+      const key = result.stdout.trim();
+      const verified = await identity.verifier.verify(key);
+      expect(verified).toMatchObject({ accountId: 'newcomer', plan: 'free' });
+      expect([...verified.scopes]).toEqual(['playbook:read']);
+      expect(result.stderr).toBe(
+        `API key ${verified.keyId} created for account newcomer (playbook:read); the key is shown this once: keep it secret\n`,
+      );
+      const changes = await loggedChanges(backend.databases.primary, 'newcomer');
+      expect(changes.map((change) => [change.type, change.target.id, change.actor])).toEqual([
+        ['account.created', 'newcomer', { type: 'operator' }],
+        ['api_key.created', verified.keyId, { type: 'operator' }],
+      ]);
+      // Listed like any other key, without its secret.
+      const listed = await run(['keys', 'list', '--account', 'newcomer']);
+      expect(listed.stdout).toContain(`${verified.keyId}\tactive\ttest\tplaybook:read\t`);
+      expect(listed.stdout).not.toContain(key);
+    });
+
+    it('--json prints the key with its details; scopes repeat, an expiry with an offset is kept in UTC', async () => {
+      const before = Date.now();
+      const result = await run([
+        'keys',
+        'create',
+        '--account',
+        'newcomer',
+        '--name',
+        'deploy from CI',
+        '--scope',
+        'playbook:write',
+        '--scope',
+        'playbook:read',
+        '--scope',
+        'playbook:write',
+        '--expires-at',
+        '2030-01-31T19:00:00+01:00',
+        '--json',
+      ]);
+      expect(result).toMatchObject({ code: 0, stderr: '' });
+      expect(result.stdout.trim()).not.toContain('\n');
+      const created = JSON.parse(result.stdout);
+      expect(created).toEqual({
+        id: expect.any(String),
+        name: 'deploy from CI',
+        accountId: 'newcomer',
+        scopes: ['playbook:write', 'playbook:read'],
+        environment: 'test',
+        createdAt: expect.any(String),
+        expiresAt: '2030-01-31T18:00:00.000Z',
+        key: expect.stringMatching(/^svc_sk_test_/),
+      });
+      expect(Date.parse(created.createdAt)).toBeGreaterThanOrEqual(before - 1);
+      expect((await identity.verifier.verify(created.key)).keyId).toBe(created.id);
+    });
+
+    it('rolls a key: the new key alone on stdout; the old one works for the overlap, then expires', async () => {
+      const old = await identity.mintKey({
+        accountId: 'roller',
+        scopes: ['playbook:read', 'playbook:write'],
+      });
+      const before = Date.now();
+      const result = await run(['keys', 'roll', old.id, '--overlap', '600']);
+      const after = Date.now();
+      expect(result.code).toBe(0);
+      expect(result.stdout).toMatch(/^svc_sk_test_[A-Za-z0-9]+_[A-Za-z0-9]+\n$/);
+      const successor = await identity.verifier.verify(result.stdout.trim());
+      expect(successor.accountId).toBe('roller');
+      expect([...successor.scopes].sort()).toEqual(['playbook:read', 'playbook:write']);
+      expect(result.stderr).toBe(
+        `API key ${old.id} rolled: ${successor.keyId} replaces it; ${old.id} keeps working for 600 seconds, then expires; the key is shown this once: keep it secret\n`,
+      );
+      const listed = await identity.keys.list('roller');
+      const expiresAt = Date.parse(listed.find((key) => key.id === old.id)!.expiresAt!);
+      expect(expiresAt).toBeGreaterThanOrEqual(before + 600_000 - 1);
+      expect(expiresAt).toBeLessThanOrEqual(after + 600_000);
+      expect(listed.find((key) => key.id === successor.keyId)).toMatchObject({ name: 'test key' });
+      // A fresh instance (nothing held) still takes the old key during the overlap.
+      const fresh = createTestIdentity(backend);
+      await expect(fresh.verifier.verify(old.key)).resolves.toMatchObject({ keyId: old.id });
+
+      // --overlap 0 ends the old key at once; --json gives the successor's details.
+      const again = await run(['keys', 'roll', successor.keyId, '--overlap', '0', '--json']);
+      expect(again).toMatchObject({ code: 0, stderr: '' });
+      const third = JSON.parse(again.stdout);
+      expect(third).toMatchObject({ accountId: 'roller', name: 'test key', key: expect.any(String) });
+      const current = await fresh.verifier.verify(third.key);
+      expect(current.keyId).toBe(third.id);
+      const later = createTestIdentity(backend);
+      await expect(later.verifier.verify(result.stdout.trim())).rejects.toThrow(/expired/);
+      await fresh.close();
+      await later.close();
+
+      const changes = await loggedChanges(backend.databases.primary, 'roller');
+      expect(
+        changes.filter((change) => change.type === 'api_key.rolled').map((change) => change.actor),
+      ).toEqual([{ type: 'operator' }, { type: 'operator' }]);
+    });
+
+    it('exits 1 with one line when storage refuses: an unknown key, a revoked one', async () => {
+      expect(await run(['keys', 'roll', 'NoSuchKey0000000'])).toEqual({
+        code: 1,
+        stdout: '',
+        stderr: 'playbook: no API key NoSuchKey0000000\n',
+      });
+      const { id } = await identity.mintKey({ accountId: 'roller' });
+      await identity.keys.revoke(id);
+      const revoked = await run(['keys', 'roll', id]);
+      expect(revoked.code).toBe(1);
+      expect(revoked.stdout).toBe('');
+      expect(revoked.stderr).toBe('playbook: the API key is revoked; create a new key instead\n');
+    });
+
+    it.each([
+      ['no --account', creating({ '--account': null }), '--account'],
+      ['no --name', creating({ '--name': null }), '--name'],
+      ['no --scope', creating({ '--scope': null }), '--scope'],
+      [
+        'an unknown scope',
+        creating({ '--scope': 'playbook:admin' }),
+        '--scope "playbook:admin" is not a scope (known: playbook:read, playbook:write)',
+      ],
+      [
+        'a bad account id',
+        creating({ '--account': 'not an id' }),
+        '--account "not an id" is not an account id',
+      ],
+      [
+        'the service namespace as an account',
+        creating({ '--account': 'svc' }),
+        '--account "svc" is not an account id',
+      ],
+      ['a blank name', creating({ '--name': '  ' }), '--name must be one line of text, not blank'],
+      [
+        'a name with a terminal escape',
+        creating({ '--name': 'a\u001b[2Jb' }),
+        '--name must be one line of text',
+      ],
+      ['a name too long', creating({ '--name': 'n'.repeat(101) }), '--name must be at most 100 characters'],
+      [
+        'an expiry that is no date-time',
+        creating({ '--expires-at': 'tomorrow' }),
+        '--expires-at must be an RFC 3339 date-time',
+      ],
+      [
+        'an expiry without a time zone',
+        creating({ '--expires-at': '2030-01-01T00:00:00' }),
+        '--expires-at must be an RFC 3339 date-time',
+      ],
+      [
+        'an expiry in the past',
+        creating({ '--expires-at': '2020-01-01T00:00:00Z' }),
+        '--expires-at must be in the future',
+      ],
+      ['a roll of a bad key id', ['keys', 'roll', 'not-a-key'], 'is not a key id'],
+      ['a roll without a key id', ['keys', 'roll'], "missing required argument 'keyId'"],
+      ['a negative overlap', ['keys', 'roll', 'NoSuchKey0000000', '--overlap', '-1'], '--overlap'],
+      ['an overlap past a week', ['keys', 'roll', 'NoSuchKey0000000', '--overlap', '604801'], 'a week'],
+      ['an overlap in hours', ['keys', 'roll', 'NoSuchKey0000000', '--overlap', '1h'], 'whole seconds'],
+    ])('exits 2 on bad usage, storing nothing: %s', async (_label, args, said) => {
+      const head = await readHead(backend.databases.primary);
+      const result = await run(args);
+      expect(result.code).toBe(2);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toContain(said);
+      expect(await readHead(backend.databases.primary)).toBe(head);
+    });
+  });
+
+  describe('playbook audit, on storage (D29)', () => {
+    it("lists the account's changes newest first, as the audit list shows them, with text from callers escaped", async () => {
+      await run(['keys', 'create', '--account', 'audited', '--name', 'one', '--scope', 'playbook:read']);
+      // A token's subject is text from an identity provider: printed escaped, never acted upon.
+      const user = { subject: 'eve\u001b[2J\u202e', accounts: ['audited'], requestId: 'req-audited-1' };
+      const created = await identity.keys.createFor(user, {
+        name: 'two',
+        accountId: 'audited',
+        scopes: ['playbook:read'],
+      });
+      await run(['keys', 'revoke', created.id]);
+      await identity.mintKey({ accountId: 'elsewhere' });
+
+      const listed = (await identity.audit.listFor({ accounts: ['audited'] }, 'audited')).data;
+      expect(listed.map((event) => event.action)).toEqual([
+        'api_key.revoked',
+        'api_key.created',
+        'api_key.created',
+        'account.created',
+      ]);
+
+      const text = await run(['audit', '--account', 'audited']);
+      expect(text).toMatchObject({ code: 0, stderr: '' });
+      const lines = text.stdout.trim().split('\n');
+      expect(lines[0]).toBe('at\taction\tactor\ttarget\trequest\tsummary');
+      expect(lines.slice(1).map((line) => line.split('\t'))).toEqual(
+        listed
+          .map((event) => [
+            event.at,
+            event.action,
+            event.actor.id === undefined ? event.actor.type : `${event.actor.type}:${event.actor.id}`,
+            event.target,
+            event.requestId ?? '-',
+            event.summary,
+          ])
+          .map((fields) =>
+            fields.map((field) => field.replace('\u001b', '\\u001b').replace('\u202e', '\\u202e')),
+          ),
+      );
+      expect(lines[2]).toContain('\tuser:eve\\u001b[2J\\u202e\t');
+      expect(text.stdout).not.toContain('\u001b');
+      expect(text.stdout).not.toContain('\u202e');
+
+      const json = await run(['audit', '--account', 'audited', '--json']);
+      expect(json).toMatchObject({ code: 0, stderr: '' });
+      expect(json.stdout).not.toContain('\u001b');
+      expect(json.stdout).not.toContain('\u202e');
+      const events = json.stdout
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line));
+      expect(events).toEqual(listed);
+    });
+
+    it("reads the account's changes by their place in the log, batch after batch, in either direction", async () => {
+      for (let i = 0; i < 6; i++) await identity.mintKey({ accountId: 'busy', name: `key ${i}` });
+      await identity.mintKey({ accountId: 'elsewhere' });
+      await identity.mintKey({ accountId: 'busy', name: 'last' });
+      const listed = (await identity.audit.listFor({ accounts: ['busy'] }, 'busy', { pageSize: 100 })).data;
+      expect(listed).toHaveLength(8);
+      // Batches of 3, as the command reads them in batches of 500.
+      const newest: string[] = [];
+      let before: number | undefined;
+      for (;;) {
+        const batch = await identity.audit.newestBefore('busy', before, 3);
+        newest.push(...batch.map((logged) => logged.event.id));
+        if (batch.length < 3) break;
+        before = batch.at(-1)!.seq;
+      }
+      expect(newest).toEqual(listed.map((event) => event.id));
+      const oldest: string[] = [];
+      let after = 0;
+      for (;;) {
+        const batch = await identity.audit.oldestAfter('busy', after, 3);
+        oldest.push(...batch.map((logged) => logged.event.id));
+        if (batch.length < 3) break;
+        after = batch.at(-1)!.seq;
+      }
+      expect(oldest).toEqual(listed.map((event) => event.id).reverse());
+
+      const json = await run(['audit', '--account', 'busy', '--json']);
+      expect(
+        json.stdout
+          .trim()
+          .split('\n')
+          .map((line) => JSON.parse(line)),
+      ).toEqual(listed);
+    });
+
+    it('prints only the header (or nothing, as JSON) for an account without changes', async () => {
+      expect(await run(['audit', '--account', 'quiet'])).toEqual({
+        code: 0,
+        stdout: 'at\taction\tactor\ttarget\trequest\tsummary\n',
+        stderr: '',
+      });
+      expect(await run(['audit', '--account', 'quiet', '--json'])).toEqual({
+        code: 0,
+        stdout: '',
+        stderr: '',
+      });
+    });
+
+    it.each([
+      ['no --account', ['audit']],
+      ['a bad account id', ['audit', '--account', 'bad id']],
+      ['an unknown option', ['audit', '--account', 'acme', '--since', 'yesterday']],
+    ])('exits 2 on bad usage: %s', async (_label, args) => {
+      const result = await run(args);
+      expect(result.code).toBe(2);
+      expect(result.stdout).toBe('');
+    });
+  });
+
+  describe('help', () => {
+    it('no command’s help cites a decision number, and each new command is described (D29)', () => {
+      const out = new Capture();
+      const program = buildProgram(createContext(backend.env, { stdout: out, stderr: out }));
+      const commands: Command[] = [];
+      const walk = (command: Command) => {
+        commands.push(command);
+        command.commands.forEach(walk);
+      };
+      walk(program);
+      for (const command of commands) {
+        out.text = '';
+        command.outputHelp();
+        expect(out.text, command.name()).not.toMatch(/\bD\d{1,2}\b/);
+      }
+      const names = commands.map((command) =>
+        command.parent?.parent ? `${command.parent.name()} ${command.name()}` : command.name(),
+      );
+      expect(names).toEqual(
+        expect.arrayContaining([
+          'keys create',
+          'keys roll',
+          'keys revoke',
+          'keys list',
+          'keys scan',
+          'audit',
+        ]),
+      );
     });
   });
 
