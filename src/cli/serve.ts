@@ -12,6 +12,12 @@ export function registerServeCommand(program: Command, context: CliContext): voi
   program
     .command('serve')
     .description('migrate the database, then serve the API')
+    .addHelpText(
+      'after',
+      `
+SIGINT (Ctrl-C) or SIGTERM stops it: /readyz fails, it serves on for PLAYBOOK_SHUTDOWN_DELAY_MS, then
+answers the requests in flight, frees the port and exits 0. Further signals do not cut that short.`,
+    )
     .option('--port <port>', 'port to listen on (default: PORT or 8080)', parsePort)
     .option('--host <host>', 'address to listen on (default: HOST or 127.0.0.1)')
     .action(async (options: { port?: number; host?: string }) => {
@@ -76,7 +82,8 @@ export function registerServeCommand(program: Command, context: CliContext): voi
 
       let stopping = false;
       const shutdown = (signal: string) => {
-        // One stop, however many signals arrive (a Ctrl-C is often two): a second does not cut it short.
+        // One stop, however many signals arrive: a Ctrl-C on `npm start` is a SIGINT to npm and to this
+        // process (the foreground group), and npm forwards its own here too. A second does not cut it short.
         if (stopping) return;
         stopping = true;
         instance.state = 'draining';

@@ -1,56 +1,11 @@
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { healthzUntil, npmStart, ROOT, type Started } from '../helpers/npm-start.js';
 import { freePort } from '../helpers/servers.js';
-
-const ROOT = path.resolve(import.meta.dirname, '../..');
-
-interface Started {
-  readonly child: ChildProcess;
-  readonly address: string;
-  readonly stdout: () => string;
-  readonly stderr: () => string;
-  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-/** Runs `npm start` as the README says (it builds first), until it prints where it serves. */
-async function npmStart(dataDir: string, env: Record<string, string> = {}): Promise<Started> {
-  const child = spawn('npm', ['start'], {
-    cwd: ROOT,
-    env: {
-      ...process.env,
-      PLAYBOOK_DATA_DIR: dataDir,
-      PORT: '0',
-      HOST: '127.0.0.1',
-      LOG_LEVEL: 'info',
-      ...env,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (chunk: Buffer) => {
-    stdout += chunk.toString('utf8');
-  });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => resolve({ code, signal })),
-  );
-  const address = await new Promise<string>((resolve, reject) => {
-    child.stderr!.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString('utf8');
-      const match = /is serving on (http:\/\/[\d.:]+)/.exec(stderr);
-      // The metrics line, when metrics are on, comes right after the banner.
-      if (match && (env.PLAYBOOK_METRICS_PORT === undefined || /Metrics for Prometheus/.test(stderr))) {
-        resolve(match[1]!);
-      }
-    });
-    void exited.then(() => reject(new Error(`npm start exited early:\n${stderr}`)));
-  });
-  return { child, address, stdout: () => stdout, stderr: () => stderr, exited };
-}
 
 describe('npm start (README)', () => {
   let dataDir: string;
@@ -181,11 +136,7 @@ describe('npm start stopping behind a load balancer (D31)', () => {
       expect(await draining.json()).toMatchObject({ status: 'draining' });
       // …while new connections are still accepted and answered, for the whole delay.
       setTimeout(() => started.child.kill('SIGTERM'), 100);
-      const served: number[] = [];
-      while (Date.now() - signalledAt < delayMs - 300) {
-        served.push((await fetch(`${started.address}/healthz`, { headers: { connection: 'close' } })).status);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
+      const served = await healthzUntil(started.address, signalledAt + delayMs - 300);
       expect(served.length).toBeGreaterThan(5);
       expect(served.every((status) => status === 200)).toBe(true);
 
