@@ -39,6 +39,9 @@ export interface VerifiedToken {
   readonly accounts: readonly string[];
 }
 
+/** Where access tokens' signing keys come from: `PLAYBOOK_JWKS_URL`, or the embedded `playbook token` signer. */
+export type TokenKeys = 'jwks' | 'embedded';
+
 export interface AccessTokenVerifierOptions extends TokenClaimsConfig {
   readonly clockToleranceS: number;
   /** D20: a token whose `exp` is further than this from now is refused, however well signed. */
@@ -54,7 +57,8 @@ export class AccessTokenVerifier {
   private constructor(
     private readonly key: JWTVerifyGetKey,
     private readonly algorithms: JWSAlgorithm[],
-    private readonly remote: boolean,
+    /** Where the keys that sign tokens come from: an identity provider's JWKS, or the embedded signer. */
+    readonly keys: TokenKeys,
     private readonly options: AccessTokenVerifierOptions,
   ) {}
 
@@ -70,14 +74,14 @@ export class AccessTokenVerifier {
     return new AccessTokenVerifier(
       createRemoteJWKSet(new URL(jwksUrl), jwks),
       REMOTE_ALGORITHMS,
-      true,
+      'jwks',
       options,
     );
   }
 
   /** The public half of the embedded dev signer. */
   static embedded(signer: DevTokenSigner, options: AccessTokenVerifierOptions): AccessTokenVerifier {
-    return new AccessTokenVerifier(() => signer.verificationKey(), [DEV_ALGORITHM], false, options);
+    return new AccessTokenVerifier(() => signer.verificationKey(), [DEV_ALGORITHM], 'embedded', options);
   }
 
   /** Returns the user and accounts, or throws `AuthenticationError` (401) without echoing the token. */
@@ -129,7 +133,7 @@ export class AccessTokenVerifier {
   private refusal(error: unknown): Error {
     if (error instanceof errors.JWTExpired)
       return new AuthenticationError('the access token has expired', 'expired');
-    if (this.remote) {
+    if (this.keys === 'jwks') {
       // The identity provider's key set could not be fetched or read: our outage, not a bad token.
       const generic = error instanceof errors.JOSEError && error.code === 'ERR_JOSE_GENERIC';
       if (

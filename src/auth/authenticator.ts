@@ -2,6 +2,7 @@ import type { FastifyContextConfig, FastifyReply, FastifyRequest, onRequestHookH
 import { AuthenticationError, ForbiddenError } from '../foundation/errors.js';
 import type { CountedSeries, Metrics } from '../observability/metrics.js';
 import type { Scope } from '../schemas/identity.js';
+import type { TokenKeys } from './access-tokens.js';
 import type { Principal } from './principal.js';
 import type { AccessLimiter } from './rate-limits.js';
 
@@ -16,6 +17,11 @@ export interface Authenticator {
    * request to `authenticate`, which also explains every refusal.
    */
   authenticateFromMemory?(request: FastifyRequest, policy: CredentialPolicy): Principal | undefined;
+  /**
+   * Where the keys that sign access tokens come from, as the API's documentation describes them;
+   * the embedded signer's when not said.
+   */
+  readonly tokenKeys?: TokenKeys;
 }
 
 declare module 'fastify' {

@@ -4,7 +4,7 @@ import { DEFAULT_PLAN } from '../accounts/accounts.js';
 import { AuthenticationError, ForbiddenError, InputError } from '../foundation/errors.js';
 import { looksLikeApiKey } from '../schemas/api-key-format.js';
 import type { Scope } from '../schemas/identity.js';
-import type { AccessTokenVerifier } from './access-tokens.js';
+import type { AccessTokenVerifier, TokenKeys } from './access-tokens.js';
 import type { ApiKeyVerifier, VerifiedApiKey } from './api-key-verifier.js';
 import type { Authenticator, CredentialPolicy } from './authenticator.js';
 import type { Principal } from './principal.js';
@@ -54,6 +54,10 @@ export class CredentialAuthenticator implements Authenticator {
     private readonly tokens: AccessTokenVerifier,
     private readonly plans: AccountPlans,
   ) {}
+
+  get tokenKeys(): TokenKeys {
+    return this.tokens.keys;
+  }
 
   async authenticate(request: FastifyRequest, policy: CredentialPolicy): Promise<Principal> {
     const apiKey = header(request, 'x-api-key');

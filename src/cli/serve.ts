@@ -51,7 +51,6 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
         ...(services.identity.leakSignatures ? { leakSignatures: services.identity.leakSignatures } : {}),
         trustProxy: config.trustProxy,
         timeouts: config.timeouts,
-        tokenKeys: config.jwt.jwksUrl === undefined ? 'embedded' : 'jwks',
         metrics: services.metrics,
         ...(traced ? { tracing: traced } : {}),
         docs,

@@ -67,8 +67,6 @@ export interface AppDependencies {
   readonly timeouts?: { readonly requestMs: number; readonly keepAliveMs: number };
   /** D25: a span per request, when OpenTelemetry tracing is on. */
   readonly tracing?: Tracing;
-  /** Where access tokens' keys come from (`PLAYBOOK_JWKS_URL`, or the embedded signer), for the docs. */
-  readonly tokenKeys?: 'jwks' | 'embedded';
   /** D25: the service's metrics, which requests are counted into; metrics of its own by default. */
   readonly metrics?: Metrics;
   /**
@@ -199,7 +197,8 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   });
   await app.register(documentation, {
     leakReports: deps.leakSignatures !== undefined,
-    tokenKeys: deps.tokenKeys ?? 'embedded',
+    // Told by the authenticator that verifies the tokens, so that no composition can describe other keys.
+    tokenKeys: deps.authenticator.tokenKeys ?? 'embedded',
   });
   const docs = deps.docs;
   let rendering: Promise<DocsSite> | undefined;

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity } from '../helpers/credentials.js';
+import { JwksServer } from '../helpers/jwks.js';
 
 interface OpenApiDocument {
   components: { securitySchemes: Record<string, { description: string }> };
@@ -49,6 +50,26 @@ describe('security schemes follow the configuration', () => {
 
   it("says where access tokens' keys come from: here, the deployment's own signer", async () => {
     const document = await documentOf({});
-    expect(document.components.securitySchemes.accessToken?.description).toContain('playbook token');
+    const description = document.components.securitySchemes.accessToken?.description;
+    expect(description).toContain("signed by this deployment's own key (`playbook token` mints one)");
+    expect(description).not.toContain('identity provider');
+  });
+
+  it("says where access tokens' keys come from: with a JWKS URL, the identity provider's, and no playbook token", async () => {
+    const jwks = new JwksServer();
+    const url = await jwks.start();
+    try {
+      const document = await documentOf({ PLAYBOOK_JWKS_URL: url });
+      const description = document.components.securitySchemes.accessToken?.description;
+      expect(description).toContain(
+        'signed by the identity provider whose keys this deployment reads from its JWKS URL',
+      );
+      expect(description).not.toContain('playbook token');
+      expect(description).not.toContain(url);
+      // Both schemes stay offered: an identity provider's tokens manage keys as the signer's do.
+      expect(Object.keys(document.components.securitySchemes).sort()).toEqual(['accessToken', 'apiKey']);
+    } finally {
+      await jwks.stop();
+    }
   });
 });
