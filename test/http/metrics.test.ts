@@ -1,10 +1,13 @@
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readChangesAfter, readHead } from '../../src/changes/change-log.js';
+import type { WriteName } from '../../src/changes/unit-of-work.js';
 import { loadConfig } from '../../src/foundation/config.js';
 import { Metrics, startMetricsServer } from '../../src/observability/metrics.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
+import { publishedResource } from '../helpers/publish-bodies.js';
 
 /** One scrape, as `name{labels}` → value. */
 type Scrape = Map<string, number>;
@@ -17,6 +20,17 @@ function parse(text: string): Scrape {
     samples.set(line.slice(0, at), Number(line.slice(at + 1)));
   }
   return samples;
+}
+
+/** The series of `names` that moved from one scrape to the next, by how much (none moved: `{}`). */
+function moved(before: Scrape, after: Scrape, names: readonly string[]): Record<string, number> {
+  const deltas: Record<string, number> = {};
+  for (const [series, now] of after) {
+    if (!names.some((name) => series.startsWith(`${name}{`))) continue;
+    const delta = now - (before.get(series) ?? 0);
+    if (delta !== 0) deltas[series] = delta;
+  }
+  return deltas;
 }
 
 /** The value of one sample, 0 when the series does not exist yet. */
@@ -39,6 +53,8 @@ describe('metrics (D25)', () => {
   let key: { id: string; key: string; headers: Record<string, string> };
   let resourceId: string;
   let versionId: string;
+  /** What the next write does just before its commit, once its changes are appended. */
+  let beforeCommit: ((write: WriteName) => void) | undefined;
 
   beforeAll(async () => {
     // One set of metrics for everything, as the service composes it: the databases' and the app's.
@@ -47,6 +63,7 @@ describe('metrics (D25)', () => {
     identity = createTestIdentity(backend, {
       env: { PLAYBOOK_AUTH_FAILURE_MAX: '3' },
       metrics: observation.metrics,
+      beforeCommit: (write) => beforeCommit?.(write),
     });
     app = await buildIdentityApp(backend, identity);
     metrics = await startMetricsServer(observation.metrics, { port: 0, host: '127.0.0.1' });
@@ -196,6 +213,140 @@ describe('metrics (D25)', () => {
       value(after, 'playbook_catalog_write_duration_seconds_count', { via: 'publish' }) -
         value(before, 'playbook_catalog_write_duration_seconds_count', { via: 'publish' }),
     ).toBe(4);
+  });
+
+  /**
+   * D26: every write's transaction is counted by write and outcome, and a committed write's changes by
+   * type. Each case compares every series of the two counters before and after one write: the series
+   * named move by exactly the amount given, and no other moves.
+   */
+  describe("the unit of work's transactions and changes (D26)", () => {
+    const WRITE_SERIES = ['playbook_write_transactions_total', 'playbook_changes_appended_total'];
+    const transactions = (write: WriteName, outcome: string, count: number) => ({
+      [`playbook_write_transactions_total{write="${write}",outcome="${outcome}"}`]: count,
+    });
+    /** The changes the log gained since `head`, counted by type as the counter renders them. */
+    const loggedSince = async (head: number) => {
+      const counts: Record<string, number> = {};
+      for (const change of await readChangesAfter(backend.databases.primary, head, 10_000)) {
+        const series = `playbook_changes_appended_total{type="${change.type}"}`;
+        counts[series] = (counts[series] ?? 0) + 1;
+      }
+      return counts;
+    };
+    /** Runs `write` with `inject` as the hook before each commit; what moved, and the log's new changes. */
+    const measure = async (
+      write: () => Promise<{ statusCode: number; body: string }>,
+      inject?: (write: WriteName) => void,
+    ) => {
+      const before = await scrape();
+      const head = await readHead(backend.databases.primary);
+      beforeCommit = inject;
+      let answer: { statusCode: number; body: string };
+      try {
+        answer = await write();
+      } finally {
+        beforeCommit = undefined;
+      }
+      return { answer, moved: moved(before, await scrape(), WRITE_SERIES), logged: await loggedSince(head) };
+    };
+    const putResource = (slug: string) => {
+      const { slug: _slug, ...body } = publishedResource(slug);
+      return app.inject({
+        method: 'PUT',
+        url: `/v3/playbook/catalogs/org/counted/resources/${slug}`,
+        headers: key.headers,
+        payload: body,
+      });
+    };
+    /** What a concurrent writer makes a transaction fail with on PostgreSQL: a serialization failure. */
+    const conflict = () => {
+      throw Object.assign(new Error('could not serialize access'), { code: '40001' });
+    };
+
+    it('a committed write: committed once, and each change it logged counted once by type', async () => {
+      const catalog = await measure(() =>
+        app.inject({
+          method: 'PUT',
+          url: '/v3/playbook/catalogs/org/counted',
+          headers: key.headers,
+          payload: {
+            name: 'Counted',
+            version: '1',
+            resources: [publishedResource('one'), publishedResource('two')],
+          },
+        }),
+      );
+      expect(catalog.answer.statusCode, catalog.answer.body).toBe(201);
+      expect(catalog.logged).toMatchObject({
+        'playbook_changes_appended_total{type="catalog.created"}': 1,
+        'playbook_changes_appended_total{type="resource.created"}': 2,
+      });
+      expect(catalog.moved).toEqual({
+        ...transactions('publish-catalog', 'committed', 1),
+        ...catalog.logged,
+      });
+
+      const token = await identity.tokenHeaders({ user: 'ada', accounts: ['acme'] });
+      const created = await measure(() =>
+        app.inject({
+          method: 'POST',
+          url: '/v3/identity/api-keys',
+          headers: token,
+          payload: { name: 'counted', accountId: 'acme', scopes: ['playbook:read'] },
+        }),
+      );
+      expect(created.answer.statusCode, created.answer.body).toBe(201);
+      expect(created.moved).toEqual({
+        ...transactions('key-create', 'committed', 1),
+        'playbook_changes_appended_total{type="api_key.created"}': 1,
+      });
+      expect(created.logged).toEqual({ 'playbook_changes_appended_total{type="api_key.created"}': 1 });
+    });
+
+    it('a conflict tried again: one conflict, one commit, and the changes of the commit alone', async () => {
+      let conflicts = 1;
+      const seen: WriteName[] = [];
+      const retried = await measure(
+        () => putResource('retried'),
+        (write) => {
+          seen.push(write);
+          if (conflicts-- > 0) conflict();
+        },
+      );
+      expect(retried.answer.statusCode, retried.answer.body).toBe(201);
+      expect(seen).toEqual(['publish-resource', 'publish-resource']);
+      // The first attempt appended its change too, and rolled it back: it is neither logged nor counted.
+      expect(retried.logged).toEqual({ 'playbook_changes_appended_total{type="resource.created"}': 1 });
+      expect(retried.moved).toEqual({
+        ...transactions('publish-resource', 'conflict', 1),
+        ...transactions('publish-resource', 'committed', 1),
+        ...retried.logged,
+      });
+    });
+
+    it('503 after the last attempt: five conflicts, one busy, no commit and no change', async () => {
+      const gaveUp = await measure(() => putResource('contended'), conflict);
+      expect(gaveUp.answer.statusCode).toBe(503);
+      expect(JSON.parse(gaveUp.answer.body)).toMatchObject({ code: 'unavailable' });
+      expect(gaveUp.logged).toEqual({});
+      expect(gaveUp.moved).toEqual({
+        ...transactions('publish-resource', 'conflict', 5),
+        ...transactions('publish-resource', 'busy', 1),
+      });
+    });
+
+    it('a write rolled back by a failure: one failed, no commit and no change', async () => {
+      const failed = await measure(
+        () => putResource('rolled-back'),
+        () => {
+          throw new Error('injected: the connection went away before the commit');
+        },
+      );
+      expect(failed.answer.statusCode).toBe(500);
+      expect(failed.logged).toEqual({});
+      expect(failed.moved).toEqual(transactions('publish-resource', 'failed', 1));
+    });
   });
 
   it('serves the process metrics, and nothing but GET /metrics; the API port has no /metrics', async () => {

@@ -3,8 +3,9 @@ import { readChangesAfter, readHead } from '../../src/changes/change-log.js';
 import { UnitOfWork } from '../../src/changes/unit-of-work.js';
 import { createDatabases, type Databases } from '../../src/db/create-db.js';
 import { WriteContentionError } from '../../src/foundation/errors.js';
+import { Metrics } from '../../src/observability/metrics.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
-import { accountChange, OPERATOR } from '../helpers/changes.js';
+import { accountChange, OPERATOR, writeCounts } from '../helpers/changes.js';
 
 /**
  * D26 on PostgreSQL: a write of another process waits for the writers' turn as a lock, a bounded
@@ -36,7 +37,8 @@ describe('the writers’ turn across processes on PostgreSQL (D26)', () => {
     const holder = holdTurn(700);
     await new Promise((resolve) => setTimeout(resolve, 50));
     const retries: number[] = [];
-    const waiting = new UnitOfWork(other.primary, { turnWaitMs: 200, backoffMs: 10 }).run(
+    const metrics = new Metrics();
+    const waiting = new UnitOfWork(other.primary, { turnWaitMs: 200, backoffMs: 10, metrics }).run(
       'account-set',
       OPERATOR,
       (write) => write.append([accountChange('waiter')]),
@@ -45,6 +47,12 @@ describe('the writers’ turn across processes on PostgreSQL (D26)', () => {
     await holder;
     await waiting;
     expect(retries.length).toBeGreaterThan(0);
+    // Each wait that timed out is a conflict, counted; the commit is counted once, with its one change.
+    expect(await writeCounts(metrics)).toEqual({
+      'account-set conflict': retries.length,
+      'account-set committed': 1,
+      'account.plan_changed': 1,
+    });
     const changes = await readChangesAfter(backend.databases.primary, start, 10);
     expect(changes.map((c) => [c.seq, c.namespace])).toEqual([
       [start + 1, 'holder'],
@@ -56,12 +64,16 @@ describe('the writers’ turn across processes on PostgreSQL (D26)', () => {
     const start = await readHead(backend.databases.primary);
     const holder = holdTurn(1500);
     await new Promise((resolve) => setTimeout(resolve, 50));
-    const waiting = new UnitOfWork(other.primary, { turnWaitMs: 100, backoffMs: 5, attempts: 3 }).run(
-      'account-set',
-      OPERATOR,
-      (write) => write.append([accountChange('gave-up')]),
-    );
+    const metrics = new Metrics();
+    const waiting = new UnitOfWork(other.primary, {
+      turnWaitMs: 100,
+      backoffMs: 5,
+      attempts: 3,
+      metrics,
+    }).run('account-set', OPERATOR, (write) => write.append([accountChange('gave-up')]));
     await expect(waiting).rejects.toBeInstanceOf(WriteContentionError);
+    // Two conflicts tried again, the third given up: busy, and no change counted.
+    expect(await writeCounts(metrics)).toEqual({ 'account-set conflict': 2, 'account-set busy': 1 });
     await holder;
     const changes = await readChangesAfter(backend.databases.primary, start, 10);
     expect(changes.map((c) => c.namespace)).toEqual(['holder']);

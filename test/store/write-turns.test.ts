@@ -4,8 +4,9 @@ import { readHead } from '../../src/changes/change-log.js';
 import { UnitOfWork, type WriteScope } from '../../src/changes/unit-of-work.js';
 import type { Db } from '../../src/db/tables.js';
 import { WriteContentionError } from '../../src/foundation/errors.js';
+import { Metrics } from '../../src/observability/metrics.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
-import { accountChange, OPERATOR } from '../helpers/changes.js';
+import { accountChange, OPERATOR, writeCounts } from '../helpers/changes.js';
 
 /**
  * D26: writes take turns, and what follows the log never loses a change. In this process a write that
@@ -23,7 +24,8 @@ describe('writers take turns; the follower loses nothing (D26)', () => {
   });
 
   it('a write queued behind a long one gives up after queueWaitMs with 503, and the ones after it still run in turn', async () => {
-    const writes = new UnitOfWork(backend.databases.primary, { queueWaitMs: 150 });
+    const metrics = new Metrics();
+    const writes = new UnitOfWork(backend.databases.primary, { queueWaitMs: 150, metrics });
     let release = () => {};
     const held = new Promise<void>((resolve) => {
       release = resolve;
@@ -46,6 +48,12 @@ describe('writers take turns; the follower loses nothing (D26)', () => {
     const head = await readHead(backend.databases.primary);
     // The long write, then the one after it; nothing of the one that gave up.
     expect(head).toBe(start + 2);
+    // The one that gave up is busy and never reached a transaction; the two others committed.
+    expect(await writeCounts(metrics)).toEqual({
+      'account-set busy': 1,
+      'account-set committed': 2,
+      'account.plan_changed': 2,
+    });
   });
 
   it('a follower whose read of the log fails reads the same changes at its next step', async () => {
