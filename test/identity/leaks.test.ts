@@ -1,6 +1,4 @@
-import { generateKeyPairSync, hash, type KeyObject, sign } from 'node:crypto';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { hash } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { composeApiKey } from '../../src/schemas/api-key-format.js';
@@ -8,66 +6,7 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { loggedChanges } from '../helpers/changes.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog } from '../helpers/fixtures.js';
-
-const LEAKS = '/v3/identity/api-keys/leaks';
-
-interface Signer {
-  readonly identifier: string;
-  readonly privateKey: KeyObject;
-  readonly publicPem: string;
-}
-
-function newSigner(identifier: string, curve = 'prime256v1'): Signer {
-  const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: curve });
-  return { identifier, privateKey, publicPem: publicKey.export({ type: 'spki', format: 'pem' }).toString() };
-}
-
-/** The partner program's key list, served over HTTP as the real one is; counts its fetches. */
-class KeyList {
-  listed: Signer[] = [];
-  fetches = 0;
-  down = false;
-  private server = http.createServer((_request, response) => {
-    this.fetches++;
-    if (this.down) {
-      response.writeHead(502).end();
-      return;
-    }
-    const public_keys = this.listed.map((signer, i) => ({
-      key_identifier: signer.identifier,
-      key: signer.publicPem,
-      is_current: i === this.listed.length - 1,
-    }));
-    response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ public_keys }));
-  });
-
-  async start(): Promise<string> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/meta/public_keys/secret_scanning`;
-  }
-
-  stop(): Promise<void> {
-    return new Promise((resolve) => this.server.close(() => resolve()));
-  }
-}
-
-function signed(body: string, signer: Signer): Record<string, string> {
-  return {
-    'content-type': 'application/json',
-    'github-public-key-identifier': signer.identifier,
-    'github-public-key-signature': sign('sha256', Buffer.from(body), signer.privateKey).toString('base64'),
-  };
-}
-
-const report = (...tokens: string[]) =>
-  JSON.stringify(
-    tokens.map((token) => ({
-      token,
-      type: 'playbook_api_key',
-      url: 'https://github.com/octo/app/blob/0123abc/config.env',
-      source: 'content',
-    })),
-  );
+import { KeyList, LEAKS, newSigner, report, signed } from '../helpers/leak-reports.js';
 
 describe('leak reports in the secret scanning partner format (D22)', () => {
   let backend: TestBackend;
