@@ -10,6 +10,7 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { loggedChanges } from '../helpers/changes.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
+import { KeyList, LEAKS, newSigner, report, signed } from '../helpers/leak-reports.js';
 import { publishedResource as resource } from '../helpers/publish-bodies.js';
 import { dumpStorage } from '../import/support.js';
 
@@ -42,10 +43,17 @@ describe('the change log and the one unit of work (D26)', () => {
   let token: Record<string, string>;
   /** What the next write does just before its commit, once its changes are appended. */
   let beforeCommit: ((write: WriteName) => void) | undefined;
+  /** The partner program that reports leaked keys, and its signing key. */
+  const keyList = new KeyList();
+  const partner = newSigner('c0ffee');
 
   beforeAll(async () => {
     backend = await createTestBackend();
-    identity = createTestIdentity(backend, { beforeCommit: (write) => beforeCommit?.(write) });
+    keyList.listed = [partner];
+    identity = createTestIdentity(backend, {
+      beforeCommit: (write) => beforeCommit?.(write),
+      env: { PLAYBOOK_LEAK_REPORT_KEYS_URL: await keyList.start() },
+    });
     app = await buildIdentityApp(backend, identity);
     await givenAccount(backend.databases.primary, 'acme');
     writer = (await identity.mintKey({ accountId: 'acme', scopes: ['playbook:read', 'playbook:write'] }))
@@ -58,6 +66,7 @@ describe('the change log and the one unit of work (D26)', () => {
     await app.close();
     await identity.close();
     await backend.cleanup();
+    await keyList.stop();
   });
 
   const put = (url: string, payload: unknown) =>
@@ -69,31 +78,51 @@ describe('the change log and the one unit of work (D26)', () => {
       headers,
       payload: { name, accountId, scopes: ['playbook:read'] },
     });
+  /** The partner program's report that `key` leaked, signed. */
+  const reportLeak = (key: string) => {
+    const body = report(key);
+    return app.inject({ method: 'POST', url: LEAKS, headers: signed(body, partner), payload: body });
+  };
+  /** A folder `playbook import` reads: the Catalog `catalog` with one Resource of `content`. */
+  const importFolder = async (name: string, catalog: string, content: string) => {
+    const tree = path.join(backend.workDir, name);
+    await fs.mkdir(path.join(tree, catalog, 'resources'), { recursive: true });
+    await fs.writeFile(
+      path.join(tree, catalog, 'catalog.json'),
+      JSON.stringify({ name: `${catalog} (imported)`, version: 'imported' }),
+    );
+    await fs.writeFile(
+      path.join(tree, catalog, 'resources', 'imported.json'),
+      JSON.stringify({
+        kind: 'document',
+        title: 'Imported',
+        version: '1',
+        mediaType: 'text/markdown',
+        content,
+      }),
+    );
+    return tree;
+  };
+  const runImport = (tree: string) =>
+    importTree(
+      { db: backend.databases.primary, objectStore: backend.objectStore, writes: identity.writes },
+      { dir: tree, owner: { kind: 'account', accountId: 'acme' }, dryRun: false },
+    );
+  /** Reads with `key`: 200 while it is usable. */
+  const readWith = async (key: string) =>
+    (await app.inject({ url: '/v3/playbook/catalogs', headers: { 'x-api-key': key } })).statusCode;
 
-  it('20 concurrent writes of every kind to one Catalog: each answer a decision, none a 5xx, every change logged once', async () => {
-    // Keys to roll and to revoke while the rest write, and an import tree of the same Catalog.
+  it('22 concurrent writes of every kind to one Catalog: each answer a decision, none a 5xx, every change logged once', async () => {
+    // Keys to roll, to revoke and to report leaked while the rest write, and an import tree of the
+    // same Catalog.
     const toRoll = await Promise.all(
       [1, 2].map((n) => identity.mintKey({ accountId: 'acme', name: `roll ${n}` })),
     );
     const toRevoke = await Promise.all(
       [1, 2].map((n) => identity.mintKey({ accountId: 'acme', name: `revoke ${n}` })),
     );
-    const tree = path.join(backend.workDir, 'concurrent-import');
-    await fs.mkdir(path.join(tree, 'handbook', 'resources'), { recursive: true });
-    await fs.writeFile(
-      path.join(tree, 'handbook', 'catalog.json'),
-      JSON.stringify({ name: 'Handbook (imported)', version: 'imported' }),
-    );
-    await fs.writeFile(
-      path.join(tree, 'handbook', 'resources', 'imported.json'),
-      JSON.stringify({
-        kind: 'document',
-        title: 'Imported',
-        version: '1',
-        mediaType: 'text/markdown',
-        content: 'x',
-      }),
-    );
+    const leaked = await identity.mintKey({ accountId: 'acme', name: 'leaked' });
+    const tree = await importFolder('concurrent-import', 'handbook', 'x');
     const before = await readHead(backend.databases.primary);
     /** An operator's write, outside HTTP: its outcome as the status a caller would see. */
     const operator = async (write: () => Promise<unknown>): Promise<Outcome> => {
@@ -113,7 +142,7 @@ describe('the change log and the one unit of work (D26)', () => {
           : outcome(500, String(error));
       }
     };
-    const writes = Array.from({ length: 20 }, (_, i): Promise<Outcome> => {
+    const writes = Array.from({ length: 22 }, (_, i): Promise<Outcome> => {
       switch (i) {
         case 0:
         case 10:
@@ -158,12 +187,12 @@ describe('the change log and the one unit of work (D26)', () => {
         case 8:
           return operator(() => setAccount(identity.writes, 'acme', { plan: 'pro' }));
         case 18:
-          return operator(() =>
-            importTree(
-              { db: backend.databases.primary, objectStore: backend.objectStore, writes: identity.writes },
-              { dir: tree, owner: { kind: 'account', accountId: 'acme' }, dryRun: false },
-            ),
-          );
+          return operator(() => runImport(tree));
+        case 20:
+          return reportLeak(leaked.key);
+        case 21:
+          // An account set for the first time: created, in a namespace of its own.
+          return operator(() => setAccount(identity.writes, 'newcomer', { plan: 'pro' }));
         default:
           return put(
             `${CATALOG}/resources/intro`,
@@ -197,13 +226,43 @@ describe('the change log and the one unit of work (D26)', () => {
       expect(answers[i]!.statusCode).toBe(204);
       expect(logged(i).map((change) => change.type)).toEqual(['api_key.revoked']);
     }
+    expect(answers[20]!.statusCode, answers[20]!.body).toBe(200);
+    expect(answers[20]!.json()).toEqual([expect.objectContaining({ label: 'true_positive' })]);
+    expect(logged(20).map((change) => [change.type, change.target])).toEqual([
+      ['api_key.leak_revoked', { kind: 'api_key', id: leaked.id }],
+    ]);
+    expect(await readWith(leaked.key)).toBe(401);
+    // A refused write logged nothing; each write's changes follow one another, never another's between.
+    for (const [i, answer] of answers.entries()) {
+      const requestId = answer.headers['x-request-id'];
+      if (requestId === undefined) continue;
+      if (answer.statusCode >= 400) expect(logged(i), `${answer.statusCode} ${answer.body}`).toEqual([]);
+      const seqs = logged(i).map((change) => change.seq);
+      expect(seqs).toEqual(seqs.map((_, n) => seqs[0]! + n));
+    }
     const types = new Set(changes.map((change) => change.type));
     expect(types).toContain('account.plan_changed');
     expect(types).toContain('catalog.archived');
-    for (const change of changes) expect(change.namespace).toBe('acme');
+    const created = changes.filter((change) => change.type === 'account.created');
+    expect(created.map((change) => [change.namespace, change.target, change.actor])).toEqual([
+      ['newcomer', { kind: 'account', id: 'newcomer' }, { type: 'operator' }],
+    ]);
+    for (const change of changes) {
+      if (change.type !== 'account.created') expect(change.namespace).toBe('acme');
+    }
   });
 
   it('a failure after the append and before the commit: no row, no change, no object left behind', async () => {
+    const toRoll = await identity.mintKey({ accountId: 'acme', name: 'roll fails' });
+    const toRevoke = await identity.mintKey({ accountId: 'acme', name: 'revocation fails' });
+    const toReport = await identity.mintKey({ accountId: 'acme', name: 'leak revocation fails' });
+    // Content above 64 KiB goes to object storage (D15): the failed import must take its object back.
+    const tree = await importFolder('failing-import', 'imported-fails', 'y'.repeat(70 * 1024));
+    /** An operator's write that fails: what a caller of the command line sees, as a status. */
+    const failing = async (write: () => Promise<unknown>) => {
+      await expect(write()).rejects.toThrow('injected');
+      return { statusCode: 500, body: '' };
+    };
     const before = await dumpStorage(backend);
     for (const [write, request] of [
       [
@@ -225,6 +284,15 @@ describe('the change log and the one unit of work (D26)', () => {
         'archive',
         () => app.inject({ method: 'DELETE', url: `${CATALOG}/resources/shared`, headers: writer }),
       ],
+      ['import', () => failing(() => runImport(tree))],
+      [
+        'key-roll',
+        () => app.inject({ method: 'POST', url: `${KEYS}/${toRoll.id}/roll`, headers: token, payload: {} }),
+      ],
+      ['key-revoke', () => app.inject({ method: 'DELETE', url: `${KEYS}/${toRevoke.id}`, headers: token })],
+      ['key-revoke', () => reportLeak(toReport.key)],
+      ['account-set', () => failing(() => setAccount(identity.writes, 'never-set', { plan: 'pro' }))],
+      ['account-set', () => failing(() => setAccount(identity.writes, 'acme', { plan: 'enterprise' }))],
     ] as const) {
       const seen: WriteName[] = [];
       beforeCommit = (name) => {
@@ -240,6 +308,8 @@ describe('the change log and the one unit of work (D26)', () => {
       expect(seen).toEqual([write]);
     }
     expect(await dumpStorage(backend)).toEqual(before);
+    // Nothing in memory took the failed writes for done either: each key works as it did.
+    for (const key of [toRoll, toRevoke, toReport]) expect(await readWith(key.key)).toBe(200);
   });
 
   it('a key creation whose change cannot be written leaves no key, usable or listed', async () => {
