@@ -69,6 +69,7 @@ export interface Instance {
   readonly name: string;
   readonly services: Services;
   readonly app: FastifyInstance;
+  /** What the instance logged: its services' lines, and each request's access line and errors. */
   readonly logs: LogLine[];
   /** Storage reads of API keys made by this instance's verifier. */
   readonly lookups: { count: number };
@@ -125,6 +126,8 @@ export async function startInstance(
       maxBodyBytes: config.maxPublishBytes,
       maxResources: config.maxPublishResources,
     },
+    // As `serve` does: the access line of each request and any error it meets are the instance's lines too.
+    logger,
   });
   await app.ready();
   const redisCheck = services.readiness.find((check) => check.name === 'redis');
