@@ -5,6 +5,7 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { givenAccount } from '../helpers/fixtures.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
+import { timedUses, usesOf } from '../helpers/timed-uses.js';
 import {
   type Instance,
   outageWarnings,
@@ -81,8 +82,17 @@ describe('the content store out of reach (D31)', () => {
         await instance.services.metrics.registry.getSingleMetricAsString('playbook_dependency_up'),
       )?.[1];
     expect(await gauge()).toBe('1');
+    /** The object store's uses timed as `operation outcome`: how many, and their seconds in all. */
+    const objectStoreUses = () =>
+      timedUses(
+        instance.services.metrics.contentStoreDuration,
+        ['operation', 'outcome'],
+        (labels) => labels.backend === 'object-storage',
+      );
+    const usesBefore = await objectStoreUses();
 
     await relay.cut();
+    const outageStart = instance.logs.length;
     for (let i = 0; i < 5; i++) {
       const cold = await detail('cold');
       expect(cold.statusCode).toBe(503);
@@ -97,6 +107,24 @@ describe('the content store out of reach (D31)', () => {
     expect(ready.statusCode).toBe(200);
     expect(ready.json()).toMatchObject({ status: 'degraded', checks: { contentStore: 'unavailable' } });
     expect((await instance.app.inject({ url: '/readyz?strict=true' })).statusCode).toBe(503);
+    // D31: each read that could not reach the store counts as a failed use, with the time it took.
+    const usesDuring = await objectStoreUses();
+    const failedBefore = usesOf(usesBefore, 'get error');
+    const failedDuring = usesOf(usesDuring, 'get error');
+    expect(failedDuring.count - failedBefore.count).toBe(5);
+    expect(failedDuring.seconds).toBeGreaterThan(failedBefore.seconds);
+    // One line for the outage, however many requests met it: each 503 has its access line, and no
+    // error line or stack trace of its own.
+    const duringOutage = instance.logs.slice(outageStart);
+    expect(
+      duringOutage
+        .filter((line) => line.msg === 'request' && line.url === `/v3/playbook/resources/${ids.cold}`)
+        .map((line) => [line.status, line.code]),
+    ).toEqual(Array(5).fill([503, 'unavailable']));
+    expect(duringOutage.filter((line) => line.level >= 40).map((line) => line.msg)).toEqual([
+      outageWarnings(instance.logs, 'contentStore')[0]?.msg,
+    ]);
+    expect(duringOutage.filter((line) => JSON.stringify(line).includes('"stack"'))).toEqual([]);
 
     await relay.restore();
     await waitUntil('the cold content served again', async () => (await detail('cold')).statusCode === 200);
