@@ -242,6 +242,7 @@ export class Metrics {
   readonly answerCacheLookups: BoundCounter<'result'>;
   readonly contentStoreDuration: Histogram<'backend' | 'operation' | 'outcome'>;
   readonly databaseDuration: Histogram<'database' | 'outcome'>;
+  readonly redisDuration: Histogram<'operation' | 'outcome'>;
   readonly catalogWrites: Counter<'via' | 'outcome'>;
   readonly catalogWriteDuration: Histogram<'via'>;
   readonly writeTransactions: Counter<'write' | 'outcome'>;
@@ -324,6 +325,13 @@ export class Metrics {
       name: 'playbook_database_query_duration_seconds',
       help: 'Database statements, by database (primary, reader) and outcome',
       labelNames: ['database', 'outcome'] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.redisDuration = new Histogram({
+      name: 'playbook_redis_duration_seconds',
+      help: 'Uses of Redis, by operation (connect, count: a rate-limit hit, publish, subscribe, ping) and outcome (ok, error); a connection that cannot be opened is a failed connect',
+      labelNames: ['operation', 'outcome'] as const,
       buckets: LATENCY_BUCKETS,
       registers,
     });

@@ -2,7 +2,8 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from 'ioredis';
 import type { Broadcast } from '../foundation/broadcast.js';
 import type { DependencyHealth } from '../observability/dependency-health.js';
-import { closeRedis, firstConnection, RedisHealth } from './redis-connection.js';
+import { Metrics } from '../observability/metrics.js';
+import { closeRedis, firstConnection, RedisHealth, timeConnections, timedRedis } from './redis-connection.js';
 
 /** How long a publication waits for a connection opened a moment ago (a CLI command), and no longer. */
 const FIRST_CONNECTION_WAIT_MS = 1000;
@@ -20,6 +21,8 @@ export interface RedisBroadcastOptions {
   readonly health: DependencyHealth;
   /** The warning logged when a publication does not reach Redis: what happened and what it means. */
   readonly unannounced: string;
+  /** Where the channel's connection attempts, subscriptions and publications are timed (D25, D31). */
+  readonly metrics?: Metrics;
 }
 
 /**
@@ -38,11 +41,13 @@ export class RedisBroadcast implements Broadcast {
   private readonly subscriber: Redis;
   private readonly health: RedisHealth;
   private readonly publisherSettled: Promise<void>;
+  private readonly metrics: Metrics;
   private closed = false;
 
   constructor(private readonly options: RedisBroadcastOptions) {
     this.publisherSettled = firstConnection(options.publisher, FIRST_CONNECTION_WAIT_MS);
     this.health = new RedisHealth(options.health, options.role);
+    this.metrics = options.metrics ?? new Metrics();
     // Subscribed afresh on every (re)connection rather than by ioredis's automatic resubscription,
     // which would only replay a subscription that once succeeded.
     this.subscriber = options.publisher.duplicate({
@@ -50,8 +55,9 @@ export class RedisBroadcast implements Broadcast {
       autoResubscribe: false,
     });
     this.health.watch(this.subscriber, { upOnReady: false });
+    timeConnections(this.subscriber, this.metrics);
     this.subscriber.on('ready', () => {
-      this.subscriber.subscribe(options.channel).then(
+      timedRedis(this.metrics, 'subscribe', () => this.subscriber.subscribe(options.channel)).then(
         () => this.health.up(),
         (error: unknown) => {
           this.health.down(error);
@@ -71,7 +77,9 @@ export class RedisBroadcast implements Broadcast {
     if (this.closed) return;
     await this.publisherSettled;
     try {
-      await this.options.publisher.publish(this.options.channel, message);
+      await timedRedis(this.metrics, 'publish', () =>
+        this.options.publisher.publish(this.options.channel, message),
+      );
     } catch (error) {
       this.options.logger.warn(
         {

@@ -1,6 +1,8 @@
 import { createRequire } from 'node:module';
+import { performance } from 'node:perf_hooks';
 import type { Redis, RedisOptions } from 'ioredis';
 import type { DependencyHealth } from '../observability/dependency-health.js';
+import { type Metrics, secondsSince } from '../observability/metrics.js';
 
 /**
  * ioredis, loaded by the first connection: a service without Redis (the embedded default) does not
@@ -69,6 +71,48 @@ export function firstConnection(redis: Redis, timeoutMs: number): Promise<void> 
     redis.once('error', done);
     redis.once('close', done);
   });
+}
+
+/** What the service uses Redis for, as `playbook_redis_duration_seconds` names it. */
+export type RedisOperation = 'connect' | 'count' | 'publish' | 'subscribe' | 'ping';
+
+/** Runs one use of Redis, timed by its outcome: `error` when it throws (a command sent while disconnected fails at once). */
+export async function timedRedis<T>(
+  metrics: Metrics,
+  operation: RedisOperation,
+  use: () => Promise<T>,
+): Promise<T> {
+  const started = performance.now();
+  let outcome = 'error';
+  try {
+    const result = await use();
+    outcome = 'ok';
+    return result;
+  } finally {
+    metrics.redisDuration.observe({ operation, outcome }, secondsSince(started));
+  }
+}
+
+/**
+ * Times each attempt of `redis` to connect (D31): from its start to the connection being ready, or
+ * to the error or close that ends it, a failed connect, so that reconnect attempts during an outage
+ * count as failed uses with the time they took. A ready connection that drops is not an attempt; the
+ * commands it fails are counted as theirs.
+ */
+export function timeConnections(redis: Redis, metrics: Metrics): void {
+  let started: number | undefined;
+  const ended = (outcome: 'ok' | 'error') => () => {
+    if (started === undefined) return;
+    metrics.redisDuration.observe({ operation: 'connect', outcome }, secondsSince(started));
+    started = undefined;
+  };
+  // ioredis emits each status it enters as an event: `connecting` at the start of every attempt.
+  redis.on('connecting', () => {
+    started = performance.now();
+  });
+  redis.on('ready', ended('ok'));
+  redis.on('error', ended('error'));
+  redis.on('close', ended('error'));
 }
 
 /** Ends a connection: politely when it is up, at once otherwise. Safe to call twice. */

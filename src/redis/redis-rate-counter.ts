@@ -1,7 +1,8 @@
 import { performance } from 'node:perf_hooks';
 import type { Redis } from 'ioredis';
 import type { RateCounter, WindowCount } from '../auth/rate-limits.js';
-import type { RedisHealth } from './redis-connection.js';
+import { Metrics } from '../observability/metrics.js';
+import { type RedisHealth, timedRedis } from './redis-connection.js';
 
 /**
  * One hit, atomically: the first hit of a window opens it (PEXPIRE), later hits only count, so a
@@ -42,6 +43,8 @@ export class RedisRateCounter implements RateCounter {
   constructor(
     redis: Redis,
     private readonly prefix = 'playbook:rl:',
+    /** Where each count is timed (D25); metrics of its own, which nobody reads, by default. */
+    private readonly metrics = new Metrics(),
   ) {
     redis.defineCommand('playbookRateIncrement', { numberOfKeys: 1, lua: INCREMENT_SCRIPT });
     // defineCommand adds the methods at run time; their shape is declared by RateScripts.
@@ -49,7 +52,10 @@ export class RedisRateCounter implements RateCounter {
   }
 
   async increment(key: string, windowMs: number): Promise<WindowCount> {
-    const [count, ttl] = pair(await this.redis.playbookRateIncrement(this.prefix + key, windowMs));
+    const reply = await timedRedis(this.metrics, 'count', () =>
+      this.redis.playbookRateIncrement(this.prefix + key, windowMs),
+    );
+    const [count, ttl] = pair(reply);
     return { count, resetInMs: ttl };
   }
 }

@@ -4,7 +4,13 @@ import type { Broadcast } from '../foundation/broadcast.js';
 import { DependencyHealth } from '../observability/dependency-health.js';
 import { Metrics } from '../observability/metrics.js';
 import { RedisBroadcast } from './redis-broadcast.js';
-import { closeRedis, createRedisClient, RedisHealth } from './redis-connection.js';
+import {
+  closeRedis,
+  createRedisClient,
+  RedisHealth,
+  timeConnections,
+  timedRedis,
+} from './redis-connection.js';
 import { FallbackRateCounter, RedisRateCounter } from './redis-rate-counter.js';
 
 /** What several instances share through Redis, ready to hand to `createIdentity` and the read path. */
@@ -29,7 +35,7 @@ export interface RedisSharedStateOptions {
   /** The clock of the per-instance fallback counter (the identity's clock). */
   readonly now?: () => number;
   readonly commandTimeoutMs?: number;
-  /** Where the connection's state is reported (D25). */
+  /** Where the connection's state and every use of Redis are reported (D25, D31). */
   readonly metrics?: Metrics;
 }
 
@@ -60,17 +66,19 @@ export function connectRedisSharedState(
     connectionName: 'playbook-commands',
     ...(options.commandTimeoutMs === undefined ? {} : { commandTimeoutMs: options.commandTimeoutMs }),
   });
+  const metrics = options.metrics ?? new Metrics();
+  timeConnections(redis, metrics);
   const dependency = new DependencyHealth(
     'redis',
     logger,
-    options.metrics ?? new Metrics(),
+    metrics,
     'rate limits are counted by each instance on its own, and revocations and writes made on other instances reach this one through the change log, within a second, until it is back',
   );
   const health = new RedisHealth(dependency, 'rate-limits');
   health.watch(redis);
-  options.metrics?.observeRedis(() => redis.status === 'ready');
+  metrics.observeRedis(() => redis.status === 'ready');
   const rateCounter = new FallbackRateCounter({
-    shared: new RedisRateCounter(redis, `${prefix}rl:`),
+    shared: new RedisRateCounter(redis, `${prefix}rl:`, metrics),
     local: new MemoryRateCounter(options.now),
     connected: () => redis.status === 'ready',
     health,
@@ -84,6 +92,7 @@ export function connectRedisSharedState(
     health: dependency,
     unannounced:
       "revocation not announced through Redis; other instances refuse the key after their keys' one-second storage re-read",
+    metrics,
   });
   const dataChanges = new RedisBroadcast({
     publisher: redis,
@@ -94,6 +103,7 @@ export function connectRedisSharedState(
     health: dependency,
     unannounced:
       'data change not announced through Redis; other instances see it through their one-second database poll',
+    metrics,
   });
   return {
     revocations,
@@ -105,7 +115,7 @@ export function connectRedisSharedState(
       if (redis.status !== 'ready') throw new Error(`the Redis connection is ${redis.status}`);
       if (!revocations.subscribed) throw new Error('the revocation channel is not subscribed');
       if (!dataChanges.subscribed) throw new Error('the data-change channel is not subscribed');
-      await redis.ping();
+      await timedRedis(metrics, 'ping', () => redis.ping());
     },
     close: async () => {
       health.stop();

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { givenAccount } from '../helpers/fixtures.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
+import { timedUses, usesOf } from '../helpers/timed-uses.js';
 import {
   bearer,
   type Instance,
@@ -60,6 +61,10 @@ describe('a Redis outage under two instances', () => {
     return response;
   }
 
+  /** An instance's uses of Redis as `operation outcome`: how many, and their seconds in all (D31). */
+  const redisUses = (instance: Instance) =>
+    timedUses(instance.services.metrics.redisDuration, ['operation', 'outcome']);
+
   const redisGauge = async (instance: Instance) =>
     /playbook_dependency_up\{dependency="redis"\} (\d)/.exec(
       await instance.services.metrics.registry.getSingleMetricAsString('playbook_dependency_up'),
@@ -95,6 +100,14 @@ describe('a Redis outage under two instances', () => {
   it('keeps serving with per-instance limits, says so once, and shares counts again once Redis is back', async () => {
     // Up: one budget for both instances.
     await expectSharedLimit((await storeKey(a, 'acme')).key);
+    const usesBefore = await Promise.all([a, b].map(redisUses));
+    for (const uses of usesBefore) {
+      // Each instance's three connections (commands, and one per channel) opened, and counts made.
+      expect(usesOf(uses, 'connect ok').count).toBe(3);
+      expect(usesOf(uses, 'subscribe ok').count).toBe(2);
+      expect(usesOf(uses, 'count ok').count).toBeGreaterThan(0);
+      expect(usesOf(uses, 'connect error').count).toBe(0);
+    }
 
     // Killed, under a trickle of requests on both instances: none fails, none waits.
     const trickleKey = { 'x-api-key': (await storeKey(a, 'acme')).key };
@@ -106,6 +119,7 @@ describe('a Redis outage under two instances', () => {
       }
     })();
     await sleep(100);
+    const outageStart = [a, b].map((instance) => instance.logs.length);
     await redis.stop();
     for (const instance of [a, b]) {
       await waitUntil(
@@ -172,6 +186,39 @@ describe('a Redis outage under two instances', () => {
       'A logs the revocation it could not announce',
     ).toBe(true);
 
+    // D31: connections that could not be opened, and the publications that could not be sent, count
+    // as failed uses of Redis, with the time they took.
+    const usesDuring = await Promise.all([a, b].map(redisUses));
+    for (const [i, instance] of [a, b].entries()) {
+      const [before, during] = [usesBefore[i]!, usesDuring[i]!];
+      expect(usesOf(during, 'connect error').count, instance.name).toBeGreaterThanOrEqual(3);
+      expect(usesOf(during, 'connect error').seconds, instance.name).toBeGreaterThan(0);
+      expect(usesOf(during, 'connect ok').count, instance.name).toBe(usesOf(before, 'connect ok').count);
+    }
+    // A announced the writes it made (two keys stored, one revoked) and the revocation, and could not:
+    // each a failed publication. B wrote nothing.
+    const failedPublications = [0, 1].map(
+      (i) => usesOf(usesDuring[i]!, 'publish error').count - usesOf(usesBefore[i]!, 'publish error').count,
+    );
+    expect(failedPublications).toEqual([4, 0]);
+    const failedConnects = [0, 1].map((i) => usesOf(usesDuring[i]!, 'connect error').count);
+    console.log(`during the Redis outage, failed connects: A ${failedConnects[0]}, B ${failedConnects[1]}`);
+    // One warning for the outage, however many requests met it; a line for each write's announcement
+    // that did not go out; none for a read, no error line, and no stack trace.
+    for (const [i, instance] of [a, b].entries()) {
+      const during = instance.logs.slice(outageStart[i]);
+      const unannounced = during.filter((line) => / not announced through Redis;/.test(line.msg));
+      expect(unannounced.map((line) => line.level)).toEqual(Array(failedPublications[i]).fill(40));
+      expect(
+        during.filter((line) => line.level >= 40 && !unannounced.includes(line)).map((line) => line.msg),
+        instance.name,
+      ).toEqual([outageWarnings(instance.logs, 'redis')[0]?.msg]);
+      expect(
+        during.filter((line) => JSON.stringify(line).includes('"stack"')),
+        instance.name,
+      ).toEqual([]);
+    }
+
     // Back: a fresh (empty) Redis on the same port; the instances reconnect by themselves.
     await redis.start();
     for (const instance of [a, b]) {
@@ -190,6 +237,15 @@ describe('a Redis outage under two instances', () => {
         async () => recoveryLines(instance.logs, 'redis').length > 0,
       );
       expect(recoveryLines(instance.logs, 'redis'), instance.name).toHaveLength(1);
+    }
+    // Each connection opened again, and counts go through Redis again.
+    const usesAfter = await Promise.all([a, b].map(redisUses));
+    for (const [i, instance] of [a, b].entries()) {
+      const [during, after] = [usesDuring[i]!, usesAfter[i]!];
+      expect(usesOf(after, 'connect ok').count - usesOf(during, 'connect ok').count, instance.name).toBe(3);
+      expect(usesOf(after, 'count ok').count, instance.name).toBeGreaterThan(
+        usesOf(during, 'count ok').count,
+      );
     }
 
     const summary = timings.map((t) => `${Math.round(t.ms)}ms ${t.status} ${t.label}`).join('\n');
