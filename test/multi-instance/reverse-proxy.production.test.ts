@@ -42,6 +42,7 @@ async function guideConfiguration(replacements: readonly [string, string][]): Pr
 
 interface Answer {
   readonly status: number;
+  readonly headers: http2.IncomingHttpHeaders;
   readonly body: string;
 }
 
@@ -89,19 +90,21 @@ function h2Client(origin: string, ca: Buffer) {
         ...options.headers,
       });
       let status = 0;
+      let headers: http2.IncomingHttpHeaders = {};
       let body = '';
       stream.setEncoding('utf8');
-      stream.on('response', (headers) => {
-        status = Number(headers[':status']);
+      stream.on('response', (received) => {
+        status = Number(received[':status']);
+        headers = received;
       });
       stream.on('data', (chunk: string) => {
         body += chunk;
       });
-      stream.on('end', () => resolve({ status, body }));
+      stream.on('end', () => resolve({ status, headers, body }));
       stream.on('error', reject);
       // No answer is worth waiting for longer than this: it is an error the client sees.
       stream.setTimeout(10_000, () => stream.close(http2.constants.NGHTTP2_CANCEL));
-      stream.on('close', () => resolve({ status, body }));
+      stream.on('close', () => resolve({ status, headers, body }));
       stream.end(payload);
     });
   return {
@@ -142,6 +145,13 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
   let redis: RedisServer;
   let nginx: ChildProcess;
   let nginxLog = '';
+  /**
+   * nginx's error log a line at a time, each with when the test read it: never before nginx wrote it,
+   * so a line read before an instant was written before it (nginx's own stamps are in seconds).
+   */
+  const nginxLines: { readonly at: number; readonly line: string }[] = [];
+  /** The instances' ports, as nginx names them in its lines about an upstream. */
+  let ports: number[];
   const instances: Served[] = [];
   let ca: Buffer;
   let origin: string;
@@ -177,7 +187,7 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
     ]);
     ca = await fs.readFile(path.join(dir, 'cert.pem'));
 
-    const ports = [await freePort(), await freePort()];
+    ports = [await freePort(), await freePort()];
     const proxyPort = await freePort();
     env = {
       ...process.env,
@@ -220,8 +230,13 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
         stdio: ['ignore', 'ignore', 'pipe'],
       },
     );
+    let unfinished = '';
     nginx.stderr!.on('data', (chunk: Buffer) => {
+      const at = Date.now();
       nginxLog += chunk.toString();
+      const lines = (unfinished + chunk.toString()).split('\n');
+      unfinished = lines.pop() ?? '';
+      for (const line of lines) nginxLines.push({ at, line });
     });
     origin = `https://127.0.0.1:${proxyPort}`;
     await waitUntil(
@@ -381,12 +396,15 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
     expect(failed, JSON.stringify(failed.slice(0, 3))).toEqual([]);
     expect(write!.status).toBe(503);
     expect(JSON.parse(write!.body)).toMatchObject({ code: 'unavailable' });
+    // When to try again reaches the client through nginx (D31: a 503 with Retry-After).
+    expect(Number(write!.headers['retry-after'])).toBeGreaterThan(0);
   }, 60_000);
 
   it('an instance stopped with a shutdown delay: no error, no refused connection, and it exits 0', async () => {
     const running = load();
     await sleep(500);
     const [stopping] = instances;
+    const signalledAt = Date.now();
     stopping!.child.kill('SIGTERM');
     const exit = await Promise.race([stopping!.exited, sleep(15_000).then(() => 'still running')]);
     await sleep(1000);
@@ -396,11 +414,12 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
     console.log(`an instance's stop under ${outcomes.length} reads through nginx: ${failed.length} errors`);
     expect(outcomes.length).toBeGreaterThan(100);
     expect(failed, JSON.stringify(failed.slice(0, 3))).toEqual([]);
-    const messages = stopping!
+    const logged = stopping!
       .stdout()
       .split('\n')
       .filter((line) => line.startsWith('{'))
-      .map((line) => (JSON.parse(line) as { msg: string }).msg);
+      .map((line) => JSON.parse(line) as { msg: string; time: number });
+    const messages = logged.map((line) => line.msg);
     expect(messages).toEqual(
       expect.arrayContaining(['stopping: /readyz fails; serving on for the shutdown delay', 'stopped']),
     );
@@ -411,5 +430,24 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
     );
     expect(delay.filter((message) => message === 'request').length).toBeGreaterThan(10);
     expect(nginxLog).not.toMatch(/\[(emerg|alert|crit)\]/);
+
+    // D31: through the delay the listener keeps accepting. nginx logs each connection to an upstream
+    // that is refused or cut; none may come from the signal until the instance begins to drain, after
+    // which it closes its listener (its 'draining' line is written before that).
+    const drainingAt = logged.find((line) => line.msg === 'draining in-flight requests')!.time;
+    const upstreamFailures = nginxLines.filter(
+      ({ at, line }) =>
+        at >= signalledAt &&
+        /connect\(\) failed \(111|upstream prematurely closed|no live upstreams/.test(line),
+    );
+    const duringDelay = upstreamFailures.filter(({ at }) => at <= drainingAt);
+    const afterDelay = upstreamFailures.filter(({ at }) => at > drainingAt);
+    console.log(
+      `an instance's stop: shutdown delay ${drainingAt - signalledAt} ms, upstream connections refused or cut during it: ${duringDelay.length}, after it: ${afterDelay.length}, each tried again on the other instance; client-visible errors: ${failed.length}`,
+    );
+    expect(drainingAt - signalledAt).toBeGreaterThanOrEqual(1500);
+    expect(duringDelay.map(({ line }) => line)).toEqual([]);
+    // Those after it are all of the stopped instance's address, and none reached a client (above).
+    for (const { line } of afterDelay) expect(line).toContain(`127.0.0.1:${ports[0]}`);
   }, 60_000);
 });
