@@ -80,7 +80,20 @@ async function migrated<T extends Pick<Storage, 'databases' | 'close'>>(
   return opened;
 }
 
-export function createContext(env: NodeJS.ProcessEnv, streams: CliStreams = process): CliContext {
+/**
+ * Where a command's log lines go. `serve` writes its JSON lines to standard output, where a process
+ * manager collects them; every other command prints what it was asked for there (a key, a table, a
+ * report), so its log lines go to standard error and never mix with it.
+ */
+function logDestination(command: string | undefined): pino.DestinationStream {
+  return command === 'serve' ? batchedStdout() : pino.destination({ dest: 2, sync: true });
+}
+
+export function createContext(
+  env: NodeJS.ProcessEnv,
+  streams: CliStreams = process,
+  command?: string,
+): CliContext {
   let config: Config | undefined;
   let logger: pino.Logger | undefined;
   const context: CliContext = {
@@ -97,7 +110,7 @@ export function createContext(env: NodeJS.ProcessEnv, streams: CliStreams = proc
           level: context.config().logLevel,
           redact: { paths: REDACTED_PATHS, censor: '[redacted]' },
         },
-        batchedStdout(),
+        logDestination(command),
       );
       return logger;
     },
@@ -157,7 +170,8 @@ export async function main(
   env: NodeJS.ProcessEnv,
   streams: CliStreams = process,
 ): Promise<number> {
-  const context = createContext(env, streams);
+  // The command's name, the first word after the program's, decides where its log lines go.
+  const context = createContext(env, streams, argv[2]);
   const program = buildProgram(context);
   try {
     await program.parseAsync(argv);

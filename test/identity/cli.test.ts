@@ -9,7 +9,7 @@ import { buildProgram, createContext } from '../../src/cli/program.js';
 import { composeApiKey } from '../../src/schemas/api-key-format.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { loggedChanges } from '../helpers/changes.js';
-import { Capture, runCli } from '../helpers/cli.js';
+import { Capture, runCli, spawnCli } from '../helpers/cli.js';
 import { createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 
 /** `keys create` with a valid account, name and scope, each replaced (or left out: null) as given. */
@@ -553,5 +553,35 @@ describe('playbook token and playbook keys (D14)', () => {
       expect(missing.stderr).toContain('does not exist');
       expect((await run(['keys', 'scan'])).code).toBe(2);
     });
+  });
+});
+
+describe('where a command writes its log lines', () => {
+  let backend: TestBackend;
+  beforeAll(async () => {
+    backend = await createTestBackend();
+  });
+  afterAll(async () => {
+    await backend.cleanup();
+  });
+
+  it('a command other than serve logs on stderr: stdout holds only what it prints, the new key', async () => {
+    // A Redis that does not answer makes the command log warnings while it creates the key.
+    const cli = spawnCli(
+      ['keys', 'create', '--account', 'acme', '--name', 'logs', '--scope', 'playbook:read'],
+      {
+        ...backend.env,
+        PLAYBOOK_REDIS_URL: 'redis://127.0.0.1:1',
+      },
+    );
+    const { code } = await cli.exited;
+    expect(code).toBe(0);
+    expect(cli.stdout()).toMatch(/^svc_sk_test_[A-Za-z0-9]+_[A-Za-z0-9]+\n$/);
+    const logLines = cli
+      .stderr()
+      .split('\n')
+      .filter((line) => line.startsWith('{'));
+    expect(logLines.length).toBeGreaterThan(0);
+    expect(logLines.some((line) => (JSON.parse(line) as { level: number }).level === 40)).toBe(true);
   });
 });
