@@ -10,7 +10,11 @@ export interface KeptParams {
   readonly catalogs: readonly [scopes: string, capability: string | null, page: number, pageSize: number];
   /** A page of one Catalog's Resources: the Catalog's slug (its owner is in the audience), kinds. */
   readonly resources: readonly [catalogSlug: string, kinds: string, page: number, pageSize: number];
+  /** One Catalog by its slug (its owner is in the audience). */
+  readonly catalog: readonly [catalogSlug: string];
   readonly resource: readonly [resourceId: string];
+  /** One Resource by its Catalog's slug and its own (the owner is in the audience). */
+  readonly resourceByRef: readonly [catalogSlug: string, resourceSlug: string];
   readonly versions: readonly [resourceId: string, page: number, pageSize: number];
   readonly version: readonly [resourceId: string, versionId: string];
   /** Where the pages of a list of one Catalog's Resources begin (depends on no caller). */

@@ -11,6 +11,7 @@ import type {
   ListVersionsQuery,
   ResourceDetail,
   ResourceListItem,
+  ResourceRefParams,
   ResourceVersionDetail,
   ResourceVersionSummary,
 } from '../schemas/playbook.js';
@@ -63,7 +64,7 @@ export class ReadAnswers {
     serialize: Serialize<PageOf<ResourceListItem>>,
   ): ReadAnswer | Promise<ReadAnswer> {
     const { page, pageSize } = pageOf(query);
-    const audience = this.reads.resourcesAudience(principal, params);
+    const audience = this.reads.catalogAudience(principal, params);
     const key = answerKey('resources', audience, params.catalogSlug, setKey(query.kind), page, pageSize);
     return (
       this.answers.get(key) ??
@@ -72,6 +73,36 @@ export class ReadAnswers {
         (ticket) => this.reads.listResources(principal, params, query, this.memo(ticket)),
         serialize,
       )
+    );
+  }
+
+  /** One Catalog by its human ref (D29), held as the list of its Resources is, by its owner's view. */
+  getCatalog(
+    principal: Principal,
+    params: CatalogParams,
+    serialize: Serialize<Catalog>,
+  ): ReadAnswer | Promise<ReadAnswer> {
+    const key = answerKey('catalog', this.reads.catalogAudience(principal, params), params.catalogSlug);
+    return this.answers.get(key) ?? this.load(key, () => this.reads.getCatalog(principal, params), serialize);
+  }
+
+  /**
+   * One Resource by its human ref (D29). Whose it is and so its audience are known from the ref: one
+   * key, looked up once, where a read by id must try the service's and then the account's.
+   */
+  getResourceByRef(
+    principal: Principal,
+    params: ResourceRefParams,
+    serialize: Serialize<ResourceDetail>,
+  ): ReadAnswer | Promise<ReadAnswer> {
+    const key = answerKey(
+      'resourceByRef',
+      this.reads.resourceRefAudience(principal, params),
+      params.catalogSlug,
+      params.resourceSlug,
+    );
+    return (
+      this.answers.get(key) ?? this.load(key, () => this.reads.getResourceByRef(principal, params), serialize)
     );
   }
 

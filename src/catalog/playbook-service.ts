@@ -13,6 +13,7 @@ import type {
   ResourceDetail,
   ResourceKind,
   ResourceListItem,
+  ResourceRefParams,
   ResourceVersionDetail,
   ResourceVersionSummary,
 } from '../schemas/playbook.js';
@@ -103,9 +104,23 @@ export class PlaybookService {
     };
   }
 
-  /** The audience of a list of one Catalog's Resources: a service Catalog's are the same for all. */
-  resourcesAudience(principal: Principal, params: CatalogParams): Audience | null {
+  /**
+   * The audience of what one Catalog's ref names, the Catalog or its list of Resources: a service
+   * Catalog's are the same for all.
+   */
+  catalogAudience(principal: Principal, params: CatalogParams): Audience | null {
     return params.owner === 'svc' ? null : accountView(principal);
+  }
+
+  /** One Catalog by its human ref `owner/slug` (D29), as the list shows it. */
+  async getCatalog(principal: Principal, params: CatalogParams): Promise<Seen<Catalog>> {
+    const row = await repo.findCatalogByRef(this.db, principal, params.owner, params.catalogSlug);
+    if (!row) throw new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`);
+    return {
+      value: toCatalog(row.catalog, row.currentVersion),
+      audience: this.catalogAudience(principal, params),
+      namespaces: [namespaceOf(row.catalog.account_id)],
+    };
   }
 
   async listResources(
@@ -129,7 +144,7 @@ export class PlaybookService {
     );
     return {
       value: { data: rows.map(toResourceListItem), meta },
-      audience: this.resourcesAudience(principal, params),
+      audience: this.catalogAudience(principal, params),
       namespaces,
     };
   }
@@ -137,6 +152,27 @@ export class PlaybookService {
   async getResource(principal: Principal, resourceId: string): Promise<Seen<ResourceDetail>> {
     const row = await repo.findResource(this.db, principal, resourceId);
     if (!row) throw new NotFoundError(`resource ${resourceId} not found`);
+    return this.detailOf(principal, row);
+  }
+
+  /**
+   * The audience of the Resource a human ref names, known before reading it: a service Resource's
+   * detail is seen alike by every caller on the same plan (D6), an account's by its callers.
+   */
+  resourceRefAudience(principal: Principal, params: ResourceRefParams): Audience {
+    return params.owner === 'svc' ? audienceOf(principal, null) : accountView(principal);
+  }
+
+  /** One Resource by its human ref `owner/catalogSlug/resourceSlug` (D29): `getResource`'s rules. */
+  async getResourceByRef(principal: Principal, params: ResourceRefParams): Promise<Seen<ResourceDetail>> {
+    const { owner, catalogSlug, resourceSlug } = params;
+    const row = await repo.findResourceByRef(this.db, principal, owner, catalogSlug, resourceSlug);
+    if (!row) throw new NotFoundError(`resource ${owner}/${catalogSlug}/${resourceSlug} not found`);
+    return this.detailOf(principal, row);
+  }
+
+  /** A Resource's detail once it is found visible: its plan gate (D6), then its content. */
+  private async detailOf(principal: Principal, row: repo.ResourceDetailRow): Promise<Seen<ResourceDetail>> {
     this.checkPlan(principal, row.catalogAccountId, row.resource.facets);
     const { content_hash, storage_backend } = row.currentVersion;
     const content = await this.content.read(storage_backend, content_hash);

@@ -1,6 +1,13 @@
-import { sql } from 'kysely';
+import { type Expression, type ExpressionBuilder, type SqlBool, sql } from 'kysely';
 import type { Principal } from '../auth/principal.js';
-import type { CatalogRow, CatalogVersionRow, Db, ResourceRow, ResourceVersionRow } from '../db/tables.js';
+import type {
+  CatalogRow,
+  CatalogVersionRow,
+  Database,
+  Db,
+  ResourceRow,
+  ResourceVersionRow,
+} from '../db/tables.js';
 import type { PageWindow } from '../foundation/paging.js';
 import type { SourceScope } from '../schemas/common.js';
 import type { ResourceKind } from '../schemas/playbook.js';
@@ -130,13 +137,17 @@ export async function listCatalogs(
     .offset(window.offset)
     .limit(window.limit)
     .execute();
-  return rows.map((row) => ({
+  return rows.map(catalogListRow);
+}
+
+function catalogListRow(row: CatalogRow & Record<`cv_${string}`, unknown>): CatalogListRow {
+  return {
     catalog: pick(row, CATALOG_COLUMNS),
     currentVersion:
       row.cv_id === null
         ? undefined
         : unprefixed<CurrentCatalogVersionRow>(row, 'cv', CATALOG_VERSION_COLUMNS),
-  }));
+  };
 }
 
 /** The Catalog a list of Resources names, found visible to the caller: its id, whose it is, its slug. */
@@ -144,6 +155,24 @@ export interface VisibleCatalog {
   readonly id: string;
   readonly account_id: string | null;
   readonly slug: string;
+}
+
+/**
+ * The Catalog `owner/slug` names to the caller, when it is visible: `org` is always the caller's own
+ * account (D5), so a caller of no account has none, and another account's Catalog of the same slug
+ * is never it.
+ */
+function catalogNamed(principal: Principal, owner: 'svc' | 'org', slug: string) {
+  return (eb: ExpressionBuilder<Database, 'catalogs'>): Expression<SqlBool> =>
+    owner === 'org' && principal.accountId === null
+      ? eb.lit(false)
+      : eb.and([
+          catalogVisibleTo(principal)(eb),
+          eb('catalogs.slug', '=', slug),
+          owner === 'svc'
+            ? eb('catalogs.account_id', 'is', null)
+            : eb('catalogs.account_id', '=', principal.accountId),
+        ]);
 }
 
 /** The visible Catalog `owner/slug` names; `org` is always the caller's own account (D5). */
@@ -157,10 +186,26 @@ export async function findCatalog(
   return db
     .selectFrom('catalogs')
     .select(['catalogs.id', 'catalogs.account_id', 'catalogs.slug'])
-    .where(catalogVisibleTo(principal))
-    .where('catalogs.slug', '=', slug)
-    .where('catalogs.account_id', owner === 'svc' ? 'is' : '=', owner === 'svc' ? null : principal.accountId)
+    .where(catalogNamed(principal, owner, slug))
     .executeTakeFirst();
+}
+
+/** The visible Catalog `owner/slug` names, whole, with its current version (D29). */
+export async function findCatalogByRef(
+  db: Db,
+  principal: Principal,
+  owner: 'svc' | 'org',
+  slug: string,
+): Promise<CatalogListRow | undefined> {
+  if (owner === 'org' && principal.accountId === null) return undefined;
+  const row = await db
+    .selectFrom('catalogs')
+    .leftJoin('catalog_versions as cv', 'cv.id', 'catalogs.current_version_id')
+    .selectAll('catalogs')
+    .select(prefixed('cv', CATALOG_VERSION_COLUMNS))
+    .where(catalogNamed(principal, owner, slug))
+    .executeTakeFirst();
+  return row && catalogListRow(row);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -329,6 +374,28 @@ export async function findResource(
   principal: Principal,
   resourceId: string,
 ): Promise<ResourceDetailRow | undefined> {
+  return resourceDetail(db, principal, (eb) => eb('resources.id', '=', resourceId));
+}
+
+/** `findResource` of the Resource named `owner/catalogSlug/resourceSlug` (D29). */
+export async function findResourceByRef(
+  db: Db,
+  principal: Principal,
+  owner: 'svc' | 'org',
+  catalogSlug: string,
+  resourceSlug: string,
+): Promise<ResourceDetailRow | undefined> {
+  if (owner === 'org' && principal.accountId === null) return undefined;
+  return resourceDetail(db, principal, (eb) =>
+    eb.and([catalogNamed(principal, owner, catalogSlug)(eb), eb('resources.slug', '=', resourceSlug)]),
+  );
+}
+
+async function resourceDetail(
+  db: Db,
+  principal: Principal,
+  which: (eb: ExpressionBuilder<Database, 'catalogs' | 'resources'>) => Expression<SqlBool>,
+): Promise<ResourceDetailRow | undefined> {
   const row = await db
     .selectFrom('resources')
     .innerJoin('catalogs', 'catalogs.id', 'resources.catalog_id')
@@ -338,7 +405,7 @@ export async function findResource(
     .selectAll('resources')
     .select(['catalogs.account_id as catalog_account_id', 'catalogs.slug as catalog_slug'])
     .select(prefixed('v', VERSION_DETAIL_COLUMNS))
-    .where('resources.id', '=', resourceId)
+    .where(which)
     .where(resourceVisibleTo(principal))
     .executeTakeFirst();
   if (!row) return undefined;

@@ -14,6 +14,7 @@ import {
   ResourceDetail,
   ResourceListItem,
   ResourceParams,
+  ResourceRefParams,
   ResourceVersionDetail,
   ResourceVersionSummary,
   VersionParams,
@@ -33,9 +34,9 @@ function principalOf(request: { principal: Principal | null }): Principal {
 }
 
 /**
- * The read operations of contract.md §4.1-4.4 and the history list of D16. Each route states its
- * schema and scope, asks the service for the answer, and sends it with `sendAnswer`: at once when it is
- * held in memory, once it is made otherwise.
+ * The read operations of contract.md §4.1-4.4, the history list of D16 and the reads by human ref of
+ * D29. Each route states its schema and scope, asks the service for the answer, and sends it with
+ * `sendAnswer`: at once when it is held in memory, once it is made otherwise.
  */
 export function playbookRoutes(answers: ReadAnswers): FastifyPluginAsyncTypebox {
   return async (app) => {
@@ -93,6 +94,60 @@ export function playbookRoutes(answers: ReadAnswers): FastifyPluginAsyncTypebox 
           request,
           reply,
           answers.listResources(principalOf(request), request.params, request.query, routeSerializer(reply)),
+        ),
+    });
+
+    app.route({
+      method: GET_AND_HEAD,
+      url: '/v3/playbook/catalogs/:owner/:catalogSlug',
+      config: READ,
+      schema: {
+        operationId: 'getPlaybookCatalog',
+        summary: 'Get one Catalog by its human ref',
+        description:
+          'The Catalog that owner/catalogSlug names, as the list shows it, with its current version and pins. org is always your own account; a Catalog the caller cannot see is 404.',
+        tags: ['playbook'],
+        security,
+        params: CatalogParams,
+        querystring: NoQuery,
+        response: {
+          200: Type.Ref(Catalog, { description: 'The Catalog' }),
+          ...notModifiedResponse,
+          ...itemErrors,
+        },
+      },
+      handler: (request, reply) =>
+        sendAnswer(
+          request,
+          reply,
+          answers.getCatalog(principalOf(request), request.params, routeSerializer(reply)),
+        ),
+    });
+
+    app.route({
+      method: GET_AND_HEAD,
+      url: '/v3/playbook/catalogs/:owner/:catalogSlug/resources/:resourceSlug',
+      config: READ,
+      schema: {
+        operationId: 'getPlaybookResourceByRef',
+        summary: 'Get one Resource with its current content, by its human ref',
+        description:
+          "The Resource that owner/catalogSlug/resourceSlug names, exactly as getPlaybookResource answers it by id: its current version, manifest and content included. A plan-gated Resource the caller's plan does not include is 403 plan_required.",
+        tags: ['playbook'],
+        security,
+        params: ResourceRefParams,
+        querystring: NoQuery,
+        response: {
+          200: Type.Ref(ResourceDetail, { description: 'The Resource, with its current version in full' }),
+          ...notModifiedResponse,
+          ...itemErrors,
+        },
+      },
+      handler: (request, reply) =>
+        sendAnswer(
+          request,
+          reply,
+          answers.getResourceByRef(principalOf(request), request.params, routeSerializer(reply)),
         ),
     });
 

@@ -200,6 +200,10 @@ export type ListVersionsQuery = Static<typeof ListVersionsQuery>;
 export const CatalogParams = Type.Object({ owner: Owner, catalogSlug: Slug });
 export type CatalogParams = Static<typeof CatalogParams>;
 
+/** A Resource named by its human ref, `<owner>/<catalogSlug>/<resourceSlug>` (D29). */
+export const ResourceRefParams = Type.Object({ owner: Owner, catalogSlug: Slug, resourceSlug: Slug });
+export type ResourceRefParams = Static<typeof ResourceRefParams>;
+
 export const ResourceParams = Type.Object({ resourceId: Uuid });
 export type ResourceParams = Static<typeof ResourceParams>;
 

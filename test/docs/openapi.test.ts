@@ -180,7 +180,7 @@ describe('the OpenAPI document (D17), lint-clean and true to the answers', () =>
 
   it('declares x-account-id on every operation of the playbook, reads and writes', () => {
     const reads = operations().filter(({ route }) => route.startsWith('/v3/playbook/'));
-    expect(reads.length).toBe(10);
+    expect(reads.length).toBe(12);
     for (const { route, operation } of reads) {
       expect(
         operation.parameters?.map((p) => `${p.in}:${p.name}`),
@@ -193,6 +193,9 @@ describe('the OpenAPI document (D17), lint-clean and true to the answers', () =>
     const urls: Record<string, string> = {
       '/v3/playbook/catalogs': '/v3/playbook/catalogs',
       '/v3/playbook/catalogs/{owner}/{catalogSlug}/resources': '/v3/playbook/catalogs/svc/handbook/resources',
+      '/v3/playbook/catalogs/{owner}/{catalogSlug}': '/v3/playbook/catalogs/svc/handbook',
+      '/v3/playbook/catalogs/{owner}/{catalogSlug}/resources/{resourceSlug}':
+        '/v3/playbook/catalogs/svc/handbook/resources/intro',
       '/v3/playbook/resources/{resourceId}': `/v3/playbook/resources/${resourceId}`,
       '/v3/playbook/resources/{resourceId}/versions': `/v3/playbook/resources/${resourceId}/versions`,
       '/v3/playbook/resources/{resourceId}/versions/{versionId}': `/v3/playbook/resources/${resourceId}/versions/${versionId}`,

@@ -12,7 +12,7 @@ import type { Tracing } from '../../src/observability/tracing.js';
 import { PublishService } from '../../src/publish/publish-service.js';
 import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from './backend.js';
-import { followNow, readSide } from './read-side.js';
+import { followNow, type ReadSide, readSide } from './read-side.js';
 
 /**
  * Real credentials for tests: API keys minted and stored exactly as the service does, and access
@@ -145,9 +145,16 @@ export async function buildIdentityApp(
   identity: TestIdentity,
   logger?: FastifyBaseLogger,
   /** Parts a test replaces: the object store publishing writes to (to make it fail half-way). */
-  overrides: { readonly objectStore?: ContentStore; readonly tracing?: Tracing } = {},
+  overrides: {
+    readonly objectStore?: ContentStore;
+    readonly tracing?: Tracing;
+    /** The read path, for a test that looks at the answers it holds. */
+    readonly reads?: ReadSide;
+  } = {},
 ): Promise<FastifyInstance> {
-  const reads = await readSide(backend.databases.reader, backend.content, { metrics: identity.metrics });
+  const reads =
+    overrides.reads ??
+    (await readSide(backend.databases.reader, backend.content, { metrics: identity.metrics }));
   const config = identity.config;
   const publish = new PublishService(
     {

@@ -99,6 +99,9 @@ describe('metrics (D25)', () => {
       url: '/v3/playbook/resources/0190f0c8-0000-7000-8000-000000000000',
       headers: key.headers,
     });
+    await app.inject({ url: '/v3/playbook/catalogs/svc/handbook', headers: key.headers });
+    await app.inject({ url: '/v3/playbook/catalogs/svc/handbook/resources/intro', headers: key.headers });
+    await app.inject({ url: '/v3/playbook/catalogs/svc/handbook/resources/nothing', headers: key.headers });
     await app.inject({ url: '/no/such/path/8f1e2d' });
     const after = await scrape();
     const delta = (labels: Record<string, string>) =>
@@ -108,6 +111,9 @@ describe('metrics (D25)', () => {
     expect(delta({ operation: 'listPlaybookCatalogs', method: 'HEAD', status: '200' })).toBe(1);
     expect(delta({ operation: 'getPlaybookResource', method: 'GET', status: '200' })).toBe(1);
     expect(delta({ operation: 'getPlaybookResource', method: 'GET', status: '404' })).toBe(1);
+    expect(delta({ operation: 'getPlaybookCatalog', method: 'GET', status: '200' })).toBe(1);
+    expect(delta({ operation: 'getPlaybookResourceByRef', method: 'GET', status: '200' })).toBe(1);
+    expect(delta({ operation: 'getPlaybookResourceByRef', method: 'GET', status: '404' })).toBe(1);
     expect(delta({ operation: 'unmatched', method: 'GET', status: '404' })).toBe(1);
     const count = (scrapeOf: Scrape) =>
       value(scrapeOf, 'playbook_http_request_duration_seconds_count', {

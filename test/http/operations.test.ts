@@ -50,7 +50,7 @@ describe('errors and operations', () => {
       ['GET', '/v3/playbook'],
       ['GET', '/v2/playbook/catalogs'],
       ['GET', '/v3/playbook/catalogs/svc'],
-      ['GET', '/v3/playbook/catalogs/svc/handbook'],
+      ['GET', '/v3/playbook/catalogs/svc/handbook/resources/doc/versions'],
       ['GET', '/v3/playbook/resources'],
     ] as const)('D2: %s %s is a 404 problem document', async (method, url) => {
       for (const credential of [{}, headers]) {
@@ -325,6 +325,8 @@ describe('errors and operations', () => {
           'GET /v3/playbook/resources/{resourceId} getPlaybookResource',
           'GET /v3/playbook/resources/{resourceId}/versions/{versionId} getPlaybookResourceVersion',
           'GET /v3/playbook/resources/{resourceId}/versions listPlaybookResourceVersions',
+          'GET /v3/playbook/catalogs/{owner}/{catalogSlug} getPlaybookCatalog',
+          'GET /v3/playbook/catalogs/{owner}/{catalogSlug}/resources/{resourceSlug} getPlaybookResourceByRef',
         ]),
       );
     });
@@ -358,6 +360,18 @@ describe('errors and operations', () => {
         'header:x-account-id',
         'path:resourceId!',
         'path:versionId!',
+      ]);
+      // The reads by human ref (D29).
+      expect(names('/v3/playbook/catalogs/{owner}/{catalogSlug}')).toEqual([
+        'header:x-account-id',
+        'path:catalogSlug!',
+        'path:owner!',
+      ]);
+      expect(names('/v3/playbook/catalogs/{owner}/{catalogSlug}/resources/{resourceSlug}')).toEqual([
+        'header:x-account-id',
+        'path:catalogSlug!',
+        'path:owner!',
+        'path:resourceSlug!',
       ]);
     });
 
