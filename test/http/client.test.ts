@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  type CachedAnswer,
   Playbook,
   PlaybookError,
   type PlaybookOptions,
@@ -127,6 +128,36 @@ describe('the TypeScript client (D24)', () => {
       expect(labels.sort()).toEqual(['1.0.0', '1.1.0', '2.0.0']);
       const detail = await playbook.versions.get(alpha!.id, alpha!.versionIds[0]!);
       expect(detail).toMatchObject({ id: alpha!.versionIds[0], version: '1.0.0', content: '# alpha one\n' });
+    });
+  });
+
+  describe('reads by human ref (D29)', () => {
+    it('gets a Catalog and a Resource by their refs: the same answers as the list and the read by id', async () => {
+      const playbook = client();
+      const handbook = await playbook.catalogs.get('svc', 'handbook');
+      const listed = (await playbook.catalogs.list()).data.find((catalog) => catalog.slug === 'handbook');
+      expect(handbook).toEqual(listed);
+      expect((await playbook.catalogs.get('org', 'runbooks')).humanRef).toBe('org/runbooks');
+      const [alpha] = resources;
+      const byRef = await playbook.resources.getByRef('svc', 'handbook', 'alpha');
+      expect(byRef).toEqual(await playbook.resources.get(alpha!.id));
+      expect(byRef.humanRef).toBe('svc/handbook/alpha');
+    });
+
+    it('raises 404 for a ref that names nothing visible, and 400 naming a malformed part', async () => {
+      const playbook = client();
+      await expect(playbook.catalogs.get('org', 'handbook')).rejects.toMatchObject({
+        status: 404,
+        code: 'not_found',
+      });
+      await expect(playbook.resources.getByRef('svc', 'handbook', 'zulu')).rejects.toMatchObject({
+        status: 404,
+      });
+      const invalid = (await playbook.resources
+        .getByRef('svc', 'handbook', 'Not A Slug')
+        .catch((e: unknown) => e)) as PlaybookError;
+      expect(invalid).toMatchObject({ status: 400, code: 'invalid_request' });
+      expect(invalid.errors).toEqual([expect.objectContaining({ in: 'path', name: 'resourceSlug' })]);
     });
   });
 
@@ -463,6 +494,40 @@ describe('the TypeScript client (D24)', () => {
       expect(connections).toBe(2);
     });
 
+    it('an abort ends a request at once as an AbortError, and the call is not retried', async () => {
+      connections = 0;
+      const playbook = new Playbook({ apiKey, baseUrl: silentUrl, timeoutMs: 10_000, retryBaseMs: 10 });
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(), 100);
+      const started = performance.now();
+      const aborted = await playbook.resources
+        .getByRef('svc', 'handbook', 'alpha', { signal: controller.signal })
+        .catch((e: unknown) => e);
+      expect(aborted).toMatchObject({ name: 'AbortError' });
+      expect(aborted).not.toBeInstanceOf(PlaybookError);
+      expect(performance.now() - started).toBeLessThan(2_000);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(connections).toBe(1);
+    });
+
+    it('an abort ends a wait between retries at once, however long the service asked to wait', async () => {
+      const counted = countingFetch(() => {
+        const answer = unavailable();
+        answer.headers.set('retry-after', '10');
+        return answer;
+      });
+      const controller = new AbortController();
+      const playbook = client({ fetch: counted.fetch, maxRetries: 5 });
+      setTimeout(() => controller.abort(), 100);
+      const started = performance.now();
+      const aborted = await playbook.catalogs
+        .get('svc', 'handbook', { signal: controller.signal })
+        .catch((e: unknown) => e);
+      expect(aborted).toMatchObject({ name: 'AbortError' });
+      expect(performance.now() - started).toBeLessThan(2_000);
+      expect(counted.calls).toBe(1);
+    });
+
     it("honours the caller's signal: rejects with its reason, and sends nothing more", async () => {
       connections = 0;
       const playbook = new Playbook({ apiKey, baseUrl: silentUrl, timeoutMs: 10_000 });
@@ -475,7 +540,133 @@ describe('the TypeScript client (D24)', () => {
       await new Promise((resolve) => setTimeout(resolve, 200));
       expect(connections).toBe(before);
       const aborted = AbortSignal.abort(new Error('never started'));
-      await expect(client().catalogs.list({}, { signal: aborted })).rejects.toThrow('never started');
+      const counted = countingFetch();
+      await expect(client({ fetch: counted.fetch }).catalogs.list({}, { signal: aborted })).rejects.toThrow(
+        'never started',
+      );
+      expect(counted.calls).toBe(0);
+    });
+  });
+
+  describe("a call's own headers (D29)", () => {
+    /** Node's fetch, keeping the headers of each request it sends. */
+    function recordingFetch() {
+      const sent: Headers[] = [];
+      const wrapped: typeof fetch = async (input, init) => {
+        sent.push(new Headers(init?.headers));
+        return fetch(input, init);
+      };
+      return { sent, fetch: wrapped };
+    }
+
+    it('sends them with the call: the service echoes its x-request-id, and user-agent may be replaced', async () => {
+      const recorded = recordingFetch();
+      const infos: ResponseInfo[] = [];
+      const playbook = client({ fetch: recorded.fetch, onResponse: (info) => infos.push(info) });
+      await playbook.resources.getByRef('svc', 'handbook', 'alpha', {
+        headers: { 'X-Request-Id': 'mirror-run-7', 'user-agent': 'mirror/2.0', traceparent: 'tp-1' },
+      });
+      expect(infos[0]).toMatchObject({ status: 200, requestId: 'mirror-run-7' });
+      const [headers] = recorded.sent;
+      expect(headers!.get('user-agent')).toBe('mirror/2.0');
+      expect(headers!.get('traceparent')).toBe('tp-1');
+      expect(headers!.get('x-api-key')).toBe(apiKey);
+      // The next call sends none of them.
+      await playbook.catalogs.list();
+      expect(recorded.sent[1]!.get('traceparent')).toBeNull();
+      expect(recorded.sent[1]!.get('user-agent')).toMatch(/^playbook-client\//);
+    });
+
+    it('sends them on every method: a key manager call with a token too', async () => {
+      const recorded = recordingFetch();
+      const infos: ResponseInfo[] = [];
+      const manager = new Playbook({
+        accessToken,
+        baseUrl,
+        accountId: 'acme',
+        fetch: recorded.fetch,
+        onResponse: (info) => infos.push(info),
+      });
+      await manager.apiKeys.list({ accountId: 'acme' }, { headers: { 'x-request-id': 'keys-1' } });
+      expect(infos[0]).toMatchObject({ status: 200, requestId: 'keys-1' });
+      expect(recorded.sent[0]!.get('authorization')).toBe(`Bearer ${accessToken}`);
+    });
+
+    it.each([
+      ['x-api-key', 'svc_sk_test_someoneElse_0000000000000000000000000000000000'],
+      ['Authorization', 'Bearer not-mine'],
+      ['x-account-id', 'globex'],
+      ['If-Match', '"abc"'],
+      ['if-none-match', '*'],
+      ['content-type', 'text/plain'],
+    ])(
+      'refuses %s, a header the client owns, with a TypeError before anything is sent',
+      async (name, value) => {
+        const counted = countingFetch();
+        const playbook = client({ fetch: counted.fetch, cache: true });
+        const refused = await playbook.catalogs
+          .get('svc', 'handbook', { headers: { [name]: value } })
+          .catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(TypeError);
+        expect((refused as Error).message).toContain(name.toLowerCase());
+        expect((refused as Error).message).not.toContain(value);
+        const write = await playbook.catalogs
+          .archive('runbooks', { headers: { [name]: value } })
+          .catch((e: unknown) => e);
+        expect(write).toBeInstanceOf(TypeError);
+        expect(counted.calls).toBe(0);
+      },
+    );
+
+    it('refuses a malformed header with a TypeError, neither sent nor retried as a lost connection', async () => {
+      const counted = countingFetch();
+      const refused = await client({ fetch: counted.fetch })
+        .catalogs.list({}, { headers: { 'x-note': 'two\nlines' } })
+        .catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(TypeError);
+      expect(counted.calls).toBe(0);
+    });
+  });
+
+  describe('frozen answers from the cache (D29)', () => {
+    it('freezes what the cache keeps, to the last nested value: the next caller gets it unchanged', async () => {
+      const playbook = client({ cache: true });
+      const first = await playbook.resources.getByRef('svc', 'handbook', 'bravo');
+      expect(Object.isFrozen(first)).toBe(true);
+      expect(Object.isFrozen(first.currentVersion)).toBe(true);
+      expect(Object.isFrozen(first.currentVersion.manifest)).toBe(true);
+      expect(() => {
+        (first.currentVersion as { content: string }).content = 'changed by a caller';
+      }).toThrow(TypeError);
+      const page = await playbook.catalogs.list();
+      expect(Object.isFrozen(page.data)).toBe(true);
+      expect(() => (page.data as unknown[]).pop()).toThrow(TypeError);
+      const second = await playbook.resources.getByRef('svc', 'handbook', 'bravo');
+      expect(second).toBe(first);
+      expect(second.currentVersion.content).toBe('# bravo three\n');
+      expect((await playbook.catalogs.list()).data).toHaveLength(3);
+    });
+
+    it("freezes what a store of the caller's own hands back, and leaves answers without a cache to the caller", async () => {
+      const held = new Map<string, CachedAnswer>();
+      // A store that keeps text and parses it again, as a shared cache would.
+      const store = {
+        get: (key: string) => {
+          const answer = held.get(key);
+          return answer && { etag: answer.etag, body: JSON.parse(JSON.stringify(answer.body)) };
+        },
+        set: (key: string, answer: CachedAnswer) => held.set(key, answer),
+      };
+      const infos: ResponseInfo[] = [];
+      const playbook = client({ cache: store, onResponse: (info) => infos.push(info) });
+      await playbook.catalogs.get('svc', 'handbook');
+      const revalidated = await playbook.catalogs.get('svc', 'handbook');
+      expect(infos.at(-1)).toMatchObject({ status: 304, fromCache: true });
+      expect(Object.isFrozen(revalidated)).toBe(true);
+      const uncached = await client().catalogs.get('svc', 'handbook');
+      expect(Object.isFrozen(uncached)).toBe(false);
+      uncached.name = 'mine to change';
+      expect((await client().catalogs.get('svc', 'handbook')).name).not.toBe('mine to change');
     });
   });
 
@@ -518,6 +709,20 @@ describe('the TypeScript client (D24)', () => {
       }
       expect(() => new Playbook({ apiKey, accessToken, baseUrl })).toThrow('exactly one');
       expect(() => new Playbook({ baseUrl })).toThrow('exactly one');
+    });
+
+    it('refuses a baseUrl that is not http(s), or that holds a user name or password, without echoing it', () => {
+      for (const url of ['ftp://playbook.example.com', 'playbook.example.com', '']) {
+        expect(() => new Playbook({ apiKey, baseUrl: url }), url).toThrow('baseUrl must be an http(s) URL');
+      }
+      for (const url of ['https://ci:hunter2@playbook.example.com', 'http://ci@127.0.0.1:8080']) {
+        expect(() => new Playbook({ apiKey, baseUrl: url }), url).toThrow(TypeError);
+        try {
+          new Playbook({ apiKey, baseUrl: url });
+        } catch (error) {
+          expect((error as Error).message).not.toMatch(/hunter2|ci@/);
+        }
+      }
     });
   });
 });

@@ -50,7 +50,7 @@ export type AuditEvent = AuditEventPage['data'][number];
 export type AuditEventQuery = Query<'listAuditEvents'>;
 export type { Written };
 
-/** Options of a write: its preconditions (D23). */
+/** Options of a write: its preconditions. */
 export interface WriteOptions extends CallOptions {
   /** The ETag the write is based on: the service answers 412 when the object changed since. */
   readonly ifMatch?: string;
@@ -83,10 +83,23 @@ export interface PlaybookOptions {
   readonly onResponse?: (info: ResponseInfo) => void;
 }
 
-/** Per-call options. */
+/** Per-call options, the last argument of every method. */
 export interface CallOptions {
-  /** Abandons the call, retries and waits included; the call rejects with the signal's reason. */
+  /**
+   * Ends the call at once when it aborts, in a request or in a wait between retries, and nothing is
+   * retried after it: the call rejects with the signal's reason (a `DOMException` named `AbortError`
+   * unless the signal was given another).
+   */
   readonly signal?: AbortSignal;
+  /**
+   * Headers of this call alone, e.g. `x-request-id` (the service echoes a sane one, to find the call
+   * in its logs) or `traceparent`. They may replace `user-agent` and `accept`. Headers that say who
+   * calls or what the call is based on are the client's own: `x-api-key`, `authorization` and
+   * `x-account-id` (given when the client is made), `if-match` and `if-none-match` (`ifMatch`,
+   * `createOnly` and the cache) and `content-type`; naming one rejects the call with a `TypeError`
+   * before anything is sent.
+   */
+  readonly headers?: Readonly<Record<string, string>>;
 }
 
 interface PageShape<T> {
@@ -127,6 +140,16 @@ export class Playbook {
       // The key itself is never part of a message.
       throw new TypeError('Playbook: apiKey is not a valid API key (its format or checksum does not hold)');
     }
+    const baseUrl = URL.canParse(options.baseUrl) ? new URL(options.baseUrl) : undefined;
+    if (!baseUrl || (baseUrl.protocol !== 'https:' && baseUrl.protocol !== 'http:')) {
+      throw new TypeError('Playbook: baseUrl must be an http(s) URL, e.g. https://playbook.example.com');
+    }
+    if (baseUrl.username !== '' || baseUrl.password !== '') {
+      // fetch refuses such a URL, and the URL itself would show in every message; neither part is sent.
+      throw new TypeError(
+        'Playbook: baseUrl may not hold a user name or password: the API key is the credential',
+      );
+    }
     const credential =
       apiKey !== undefined
         ? { header: 'x-api-key', value: apiKey, cacheName: async () => `key:${parseApiKey(apiKey)!.keyId}` }
@@ -162,10 +185,11 @@ export class Playbook {
       path,
       query: options.query,
       body,
-      // A PUT or DELETE of the same thing twice leaves the same state: safe to send again (D23).
+      // A PUT or DELETE of the same thing twice leaves the same state: safe to send again.
       idempotent: method !== 'POST',
       signal: options.signal,
       headers,
+      callerHeaders: options.headers,
     });
   }
 
@@ -177,10 +201,11 @@ export class Playbook {
       query,
       idempotent: true,
       signal: options.signal,
+      callerHeaders: options.headers,
     });
   }
 
-  /** Catalogs the caller may read: the service's and its account's. */
+  /** Catalogs the caller may read (the service's and its account's), and your account's to publish. */
   readonly catalogs = {
     list: (query: CatalogQuery = {}, options: CallOptions = {}): Promise<CatalogPage> =>
       this.get('listPlaybookCatalogs', 'v3/playbook/catalogs', query, options),
@@ -190,7 +215,21 @@ export class Playbook {
     ): AsyncGenerator<Catalog, void, undefined> =>
       everyItem((page) => this.catalogs.list({ ...query, page }, options), query.page),
     /**
-     * Publishes a whole Catalog of your account (D23): Resources left out are archived, and a change of
+     * One Catalog by its human ref: `svc` for the service's, `org` for your account's.
+     *
+     * @example
+     * const handbook = await playbook.catalogs.get('svc', 'handbook');
+     * console.log(handbook.currentVersion?.resourcePins.length);
+     */
+    get: (owner: Owner, catalogSlug: string, options: CallOptions = {}): Promise<Catalog> =>
+      this.get(
+        'getPlaybookCatalog',
+        `v3/playbook/catalogs/${segment(owner)}/${segment(catalogSlug)}`,
+        undefined,
+        options,
+      ),
+    /**
+     * Publishes a whole Catalog of your account: Resources left out are archived, and a change of
      * pins publishes a Catalog version under `input.version`. `dryRun` reports and writes nothing.
      */
     put: (
@@ -250,6 +289,25 @@ export class Playbook {
       everyItem((page) => this.resources.list(owner, catalogSlug, { ...query, page }, options), query.page),
     get: (resourceId: string, options: CallOptions = {}): Promise<Resource> =>
       this.get('getPlaybookResource', `v3/playbook/resources/${segment(resourceId)}`, undefined, options),
+    /**
+     * One Resource by its human ref, `owner/catalogSlug/resourceSlug`: the same detail as `get`.
+     *
+     * @example
+     * const intro = await playbook.resources.getByRef('svc', 'handbook', 'intro');
+     * console.log(intro.currentVersion.content);
+     */
+    getByRef: (
+      owner: Owner,
+      catalogSlug: string,
+      resourceSlug: string,
+      options: CallOptions = {},
+    ): Promise<Resource> =>
+      this.get(
+        'getPlaybookResourceByRef',
+        `v3/playbook/catalogs/${segment(owner)}/${segment(catalogSlug)}/resources/${segment(resourceSlug)}`,
+        undefined,
+        options,
+      ),
     versions: (
       resourceId: string,
       query: VersionQuery = {},
@@ -304,7 +362,7 @@ export class Playbook {
       ),
   };
 
-  /** The audit trail of an account (D23), with an access token of one of its users. */
+  /** The audit trail of an account, with an access token of one of its users. */
   readonly auditEvents = {
     list: (query: AuditEventQuery, options: CallOptions = {}): Promise<AuditEventPage> =>
       this.get('listAuditEvents', 'v3/identity/audit-events', query, options),
@@ -326,6 +384,7 @@ export class Playbook {
         body: input,
         idempotent: false,
         signal: options.signal,
+        callerHeaders: options.headers,
       }),
     list: (query: ApiKeyQuery, options: CallOptions = {}): Promise<ApiKeyPage> =>
       this.get('listApiKeys', 'v3/identity/api-keys', query, options),
@@ -339,6 +398,7 @@ export class Playbook {
         path: `v3/identity/api-keys/${segment(keyId)}`,
         idempotent: true,
         signal: options.signal,
+        callerHeaders: options.headers,
       }),
     /** Replaces a key; the old one works for `overlapSeconds` (one day by default), then expires. */
     roll: (keyId: string, input: RollApiKeyInput = {}, options: CallOptions = {}): Promise<CreatedApiKey> =>
@@ -349,6 +409,7 @@ export class Playbook {
         body: input,
         idempotent: false,
         signal: options.signal,
+        callerHeaders: options.headers,
       }),
   };
 }

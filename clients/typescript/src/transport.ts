@@ -64,9 +64,26 @@ export interface Call {
   /** Safe to send again after a failure whose outcome is unknown (a 5xx, a lost connection). */
   readonly idempotent: boolean;
   readonly signal?: AbortSignal | undefined;
-  /** Request headers of this call alone (`If-Match`, `If-None-Match`). */
+  /** Request headers the client sets for this call (`If-Match`, `If-None-Match` of a write). */
   readonly headers?: Readonly<Record<string, string>> | undefined;
+  /** Request headers the caller gave for this call: checked against `OWNED_HEADERS` first. */
+  readonly callerHeaders?: Readonly<Record<string, string>> | undefined;
 }
+
+/**
+ * Headers a caller may not set per call, and why: each says who is calling or what the call is based
+ * on, and is set where the client decides it. A caller's value would be silently at odds with the
+ * cache key (named by credential and account) or with the client's own preconditions, so it is
+ * refused rather than merged.
+ */
+const OWNED_HEADERS: ReadonlyMap<string, string> = new Map([
+  ['x-api-key', 'the credential is given once, as apiKey or accessToken when the client is made'],
+  ['authorization', 'the credential is given once, as apiKey or accessToken when the client is made'],
+  ['x-account-id', 'the account is given once, as accountId when the client is made'],
+  ['if-match', "a write's precondition is its ifMatch option"],
+  ['if-none-match', "reads revalidate through the client's cache; a write's createOnly option sets it"],
+  ['content-type', 'bodies are always JSON'],
+]);
 
 /** A write's answer: its body and the written object's ETag, to send back in `If-Match`. */
 export interface Written<T> {
@@ -105,24 +122,26 @@ export class Transport {
     return (await this.exchange<T>(call)).data;
   }
 
-  /** Sends `call` and returns the body with the answer's ETag. */
+  /**
+   * Sends `call` and returns the body with the answer's ETag. A body kept in the cache is frozen, to
+   * its last nested value: every caller that gets it from the cache gets the same object.
+   */
   async exchange<T>(call: Call): Promise<Written<T>> {
+    // Before anything else: an aborted call sends nothing, and a refused header is said at once.
+    call.signal?.throwIfAborted();
     const { options } = this;
+    const headers = callerHeaders(call.callerHeaders);
+    headers.set(options.credential.header, options.credential.value);
+    if (options.accountId !== undefined) headers.set('x-account-id', options.accountId);
+    if (call.body !== undefined) headers.set('content-type', 'application/json');
+    for (const [name, value] of Object.entries(call.headers ?? {})) headers.set(name, value);
     const url = this.url(call);
     const cacheKey =
       options.cache && call.method === 'GET'
         ? `${await options.credential.cacheName()} ${options.accountId ?? ''} ${url}`
         : undefined;
     const cached = cacheKey === undefined ? undefined : options.cache!.get(cacheKey);
-    const headers: Record<string, string> = {
-      accept: 'application/json',
-      'user-agent': USER_AGENT,
-      [options.credential.header]: options.credential.value,
-    };
-    if (options.accountId !== undefined) headers['x-account-id'] = options.accountId;
-    if (call.body !== undefined) headers['content-type'] = 'application/json';
-    if (cached) headers['if-none-match'] = cached.etag;
-    Object.assign(headers, call.headers);
+    if (cached) headers.set('if-none-match', cached.etag);
 
     for (let attempt = 1; ; attempt++) {
       let failure: PlaybookError;
@@ -140,13 +159,17 @@ export class Transport {
           describe(call.operation, response, fromCache, attempt);
         if (response.status === 304 && cached) {
           options.onResponse?.(info(true));
-          return { data: cached.body as T, etag: cached.etag };
+          // A store of the caller's own may hand out what it holds unfrozen.
+          return { data: deepFreeze(cached.body) as T, etag: cached.etag };
         }
         const text = await response.text();
         if (response.ok) {
-          const body = text === '' ? undefined : parseJson(text, response);
+          let body = text === '' ? undefined : parseJson(text, response);
           const etag = response.headers.get('etag');
-          if (cacheKey !== undefined && etag) options.cache!.set(cacheKey, { etag, body });
+          if (cacheKey !== undefined && etag) {
+            body = deepFreeze(body);
+            options.cache!.set(cacheKey, { etag, body });
+          }
           options.onResponse?.(info(false));
           return { data: body as T, etag: etag ?? undefined };
         }
@@ -191,6 +214,29 @@ export class Transport {
     }
     return url.toString();
   }
+}
+
+/** The caller's headers of one call, checked: a malformed one or one the client owns is a TypeError. */
+function callerHeaders(given: Readonly<Record<string, string>> | undefined): Headers {
+  const headers = new Headers({ accept: 'application/json', 'user-agent': USER_AGENT });
+  // Checked by the platform first: a bad name or value is refused here rather than as a lost request.
+  for (const [name, value] of new Headers(given ?? {})) {
+    const owned = OWNED_HEADERS.get(name);
+    if (owned !== undefined) throw new TypeError(`Playbook: a call's headers may not set ${name}: ${owned}`);
+    headers.set(name, value);
+  }
+  return headers;
+}
+
+/**
+ * Freezes a parsed JSON value and every value inside it, so that no caller can change what the cache
+ * hands to the next. Children are frozen before their parent, so a frozen object met again (an answer
+ * kept by this client) is known to be frozen throughout and is not walked twice.
+ */
+function deepFreeze<T>(value: T): T {
+  if (typeof value !== 'object' || value === null || Object.isFrozen(value)) return value;
+  for (const child of Object.values(value)) deepFreeze(child);
+  return Object.freeze(value);
 }
 
 function parseJson(text: string, response: Response): unknown {
