@@ -21,6 +21,9 @@ export interface PlaybookErrorInit {
   readonly cause?: unknown;
 }
 
+/** Marks an error made by this class in any build of the package (a registered symbol is shared). */
+const BRAND = Symbol.for('@playbook/client/PlaybookError');
+
 /**
  * The one error the client throws, for refusals of the service and for failures on the way. Its
  * message names the status, code, detail and request id, and never a credential.
@@ -55,5 +58,23 @@ export class PlaybookError extends Error {
     this.requestId = init.requestId;
     this.errors = init.errors ?? [];
     this.retryAfter = init.retryAfter;
+    Object.defineProperty(this, BRAND, { value: true });
   }
 }
+
+/**
+ * `instanceof PlaybookError` holds for an error of either build of this package: a program whose parts
+ * `import` and `require` it loads both, and each build has a class of its own. A subclass keeps the
+ * usual test.
+ */
+Object.defineProperty(PlaybookError, Symbol.hasInstance, {
+  value(this: unknown, value: unknown): boolean {
+    return (
+      Function.prototype[Symbol.hasInstance].call(this, value) ||
+      (this === PlaybookError &&
+        typeof value === 'object' &&
+        value !== null &&
+        (value as { [BRAND]?: unknown })[BRAND] === true)
+    );
+  },
+});
