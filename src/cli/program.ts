@@ -11,6 +11,7 @@ import { Metrics } from '../observability/metrics.js';
 import { registerAccountsCommand } from './accounts.js';
 import { registerAuditCommand } from './audit.js';
 import { type CliContext, CommandError } from './context.js';
+import { registerGetCommand } from './get.js';
 import { registerImportCommand } from './import.js';
 import { registerKeysCommand } from './keys.js';
 import { registerMigrateCommand } from './migrate.js';
@@ -153,6 +154,7 @@ export function buildProgram(context: CliContext): Command {
     registerKeysCommand,
     registerPublishCommand,
     registerAuditCommand,
+    registerGetCommand,
   ]) {
     register(program, context);
   }
