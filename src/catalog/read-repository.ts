@@ -27,21 +27,21 @@ import {
  */
 
 /** `<alias>.<column> as <alias>_<column>` for each column: a joined row's columns beside another's. */
-function prefixed<A extends string, const C extends readonly string[]>(alias: A, columns: C) {
+export function prefixed<A extends string, const C extends readonly string[]>(alias: A, columns: C) {
   return columns.map((column) => `${alias}.${column} as ${alias}_${column}`) as {
     [K in keyof C]: `${A}.${C[K]} as ${A}_${C[K]}`;
   };
 }
 
 /** The columns of one table in a joined row. */
-function pick<T, K extends keyof T>(row: T, columns: readonly K[]): Pick<T, K> {
+export function pick<T, K extends keyof T>(row: T, columns: readonly K[]): Pick<T, K> {
   const out = {} as Pick<T, K>;
   for (const column of columns) out[column] = row[column];
   return out;
 }
 
 /** The columns prefixed by `prefixed(alias, …)`, read back under their own names. */
-function unprefixed<T>(
+export function unprefixed<T>(
   row: Record<string, unknown>,
   alias: string,
   columns: readonly (keyof T & string)[],
@@ -54,7 +54,7 @@ function unprefixed<T>(
 // ---------------------------------------------------------------------------------------------------
 // Catalogs
 
-const CATALOG_COLUMNS = [
+export const CATALOG_COLUMNS = [
   'id',
   'account_id',
   'slug',
@@ -68,7 +68,7 @@ const CATALOG_COLUMNS = [
   'archived_at',
 ] as const satisfies readonly (keyof CatalogRow)[];
 
-const CATALOG_VERSION_COLUMNS = [
+export const CATALOG_VERSION_COLUMNS = [
   'id',
   'version',
   'pins',
@@ -228,7 +228,7 @@ export type VersionSummaryRow = Pick<ResourceVersionRow, (typeof VERSION_SUMMARY
 const VERSION_DETAIL_COLUMNS = [...VERSION_SUMMARY_COLUMNS, 'manifest'] as const;
 export type VersionDetailRow = Pick<ResourceVersionRow, (typeof VERSION_DETAIL_COLUMNS)[number]>;
 
-const RESOURCE_COLUMNS = [
+export const RESOURCE_COLUMNS = [
   'id',
   'catalog_id',
   'slug',

@@ -11,9 +11,10 @@ export interface CliContext {
   logger(): FastifyBaseLogger;
   /**
    * Opens the whole service and, unless told not to, brings the schema up to date; the caller closes
-   * it. Storage calls are traced when `tracing` is given.
+   * it. Storage calls are traced when `tracing` is given; `sync` loads the deployment's keys for the
+   * sync feed (D27).
    */
-  openServices(options?: { migrate?: boolean; tracing?: Tracing }): Promise<Services>;
+  openServices(options?: { migrate?: boolean; tracing?: Tracing; sync?: boolean }): Promise<Services>;
   /** Opens storage alone (no identity, no read path), as `openServices` does. */
   openStorage(options?: { migrate?: boolean }): Promise<Storage>;
   readonly stdout: NodeJS.WritableStream;

@@ -5,6 +5,7 @@ import pino from 'pino';
 import { createStorage, type Storage } from '../composition/storage.js';
 import { migrateToLatest } from '../db/migrate.js';
 import { type Config, ConfigError, loadConfig } from '../foundation/config.js';
+import { loadDeploymentKeys } from '../foundation/deployment-key.js';
 import { PROJECT_ROOT } from '../foundation/project-root.js';
 import { REDACTED_PATHS } from '../http/access-log.js';
 import { Metrics } from '../observability/metrics.js';
@@ -122,7 +123,22 @@ export function createContext(
         metrics: new Metrics(),
         ...(options.tracing ? { tracing: options.tracing } : {}),
       };
-      return migrated(createServices(context.config(), context.logger(), { observation }), options);
+      const config = context.config();
+      // Loaded once, here, and handed down: they seal what the service gives out (D27).
+      const deploymentKeys = options.sync
+        ? await loadDeploymentKeys({
+            dataDir: config.dataDir,
+            databaseKind: config.database.kind,
+            ...(config.deploymentKeys ? { keys: config.deploymentKeys } : {}),
+          })
+        : undefined;
+      return migrated(
+        createServices(config, context.logger(), {
+          observation,
+          ...(deploymentKeys ? { deploymentKeys } : {}),
+        }),
+        options,
+      );
     },
     openStorage: async (options = {}) => migrated(createStorage(context.config(), context.logger()), options),
   };

@@ -25,7 +25,7 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
       const logger = context.logger();
       // Started before anything else opens, so that the first requests are traced too.
       const traced = await startTracing(context.env);
-      const services = await context.openServices(traced ? { tracing: traced } : {});
+      const services = await context.openServices({ sync: true, ...(traced ? { tracing: traced } : {}) });
       // The HTTP side is loaded by this command only: the others never need it.
       const { buildApp } = await import('../composition/app.js');
       // D29: the docs pages are rendered once, before the first request.
@@ -43,6 +43,7 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
         servesFromMemory: () => services.servesFromMemory(),
         keys: services.identity.keys,
         audit: services.audit,
+        ...(services.sync ? { sync: services.sync } : {}),
         publish: {
           service: services.publish,
           maxBodyBytes: config.maxPublishBytes,

@@ -29,7 +29,9 @@ import { identityRoutes } from '../routes/identity.js';
 import { type InstanceState, operationsRoutes, type ReadinessCheck } from '../routes/operations.js';
 import { playbookRoutes } from '../routes/playbook.js';
 import { publishRoutes } from '../routes/publish.js';
+import { syncRoutes } from '../routes/sync.js';
 import { REQUEST_ID_PATTERN } from '../schemas/common.js';
+import type { SyncFeed } from '../sync/sync-feed.js';
 import { documentation } from './documentation.js';
 import { requestPipeline } from './request-pipeline.js';
 
@@ -52,6 +54,8 @@ export interface AppDependencies {
     readonly maxBodyBytes: number;
     readonly maxResources: number;
   };
+  /** D27: the sync feed at `/v3/playbook/sync`; an app built without it has no sync route. */
+  readonly sync?: { readonly feed: SyncFeed };
   /** D22: verifies leak reports' signatures; without it, leak reports answer 501. */
   readonly leakSignatures?: LeakReportSignatures;
   readonly readiness: readonly ReadinessCheck[];
@@ -212,6 +216,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     }),
   );
   await app.register(playbookRoutes(deps.reads));
+  if (deps.sync) await app.register(syncRoutes(deps.sync.feed));
   if (deps.publish) await app.register(publishRoutes(deps.publish));
   if (deps.keys) {
     const options = {

@@ -6,6 +6,7 @@ import { redactCredentials } from '../foundation/redact-url.js';
 import { openapiOptions, type SecuritySetup } from '../http/openapi.js';
 import { Problem } from '../schemas/common.js';
 import { playbookSchemas } from '../schemas/playbook.js';
+import { syncSchemas } from '../schemas/sync.js';
 
 function withoutUpgradeInsecureRequests(policy: string): string {
   return policy
@@ -23,6 +24,7 @@ function withoutUpgradeInsecureRequests(policy: string): string {
 async function describe(app: FastifyInstance, security: SecuritySetup): Promise<void> {
   app.addSchema(Problem);
   for (const schema of playbookSchemas) app.addSchema(schema);
+  for (const schema of syncSchemas) app.addSchema(schema);
 
   await app.register(swagger, openapiOptions(security));
   await app.register(swaggerUi, {

@@ -16,10 +16,13 @@ import { DatabaseContentStore } from '../content/database-store.js';
 import { observedStore } from '../content/observed-store.js';
 import type { Databases } from '../db/create-db.js';
 import type { Config } from '../foundation/config.js';
+import type { DeploymentKeys } from '../foundation/deployment-key.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Observation } from '../observability/observation.js';
 import { PublishService } from '../publish/publish-service.js';
 import type { ReadinessCheck } from '../routes/operations.js';
+import { SyncFeed } from '../sync/sync-feed.js';
+import { SyncTokens } from '../sync/sync-tokens.js';
 import { createStorage, type Dependencies, type StorageOptions } from './storage.js';
 
 /** The long-lived parts every command shares, built once from the configuration. */
@@ -55,6 +58,11 @@ export interface Services {
   readonly identity: Identity;
   /** D23: the audit list, read from the change log. */
   readonly audit: AuditLog;
+  /**
+   * D27: the sync feed and the requests it holds, when the deployment's keys were given (they seal its
+   * positions); a command that serves nothing needs neither.
+   */
+  readonly sync: { readonly feed: SyncFeed } | undefined;
   /** Lines printed when the server starts: how a newcomer gets a token and a key. */
   gettingStarted(address: string): string[];
   close(): Promise<void>;
@@ -69,6 +77,8 @@ export interface ServicesOptions {
   readonly beforeCommit?: StorageOptions['beforeCommit'];
   /** The metrics to record into and the tracing to use (the server's); metrics of its own by default. */
   readonly observation?: Observation;
+  /** D27: the deployment's keys (loaded once, by the command that serves), which seal sync positions. */
+  readonly deploymentKeys?: DeploymentKeys;
 }
 
 /**
@@ -142,6 +152,9 @@ export function createServices(
     ...(redis ? { revocations: redis.revocations, rateCounter: redis.rateCounter } : {}),
   });
   follower.onChange((followed) => identity.verifier.follow(followed));
+  const sync = options.deploymentKeys
+    ? syncFeedOf(config, options.deploymentKeys, databases, metrics)
+    : undefined;
   const publish = new PublishService(
     { db: databases.primary, objectStore, writes, metrics },
     { maxContentBytes: config.maxContentBytes },
@@ -166,6 +179,7 @@ export function createServices(
     rateLimits: identity.rateLimits,
     identity,
     audit,
+    sync,
     gettingStarted: (address) => identity.gettingStarted(address),
     close: async () => {
       unobserve();
@@ -177,4 +191,18 @@ export function createServices(
       await storage.close();
     },
   };
+}
+
+/** D27: the sync feed over the database reads go to. */
+function syncFeedOf(
+  config: Config,
+  keys: DeploymentKeys,
+  databases: Databases,
+  metrics: Metrics,
+): { feed: SyncFeed } {
+  const feed = new SyncFeed(databases.reader, new SyncTokens(keys), {
+    retentionS: config.syncRetentionS,
+    metrics,
+  });
+  return { feed };
 }

@@ -66,6 +66,7 @@ const EnvSchema = Type.Object({
     maximum: 2 ** 40,
     default: 64 * 1024 * 1024,
   }),
+  PLAYBOOK_SYNC_RETENTION_S: Type.Integer({ minimum: 60, maximum: 315_360_000, default: 2_592_000 }),
   PLAYBOOK_DEPLOYMENT_KEY: Type.Optional(
     Type.String({ minLength: 1, description: 'comma-separated base64 keys of at least 32 bytes each' }),
   ),
@@ -126,6 +127,11 @@ export interface Config {
    * stop sending it traffic (`PLAYBOOK_SHUTDOWN_DELAY_MS`).
    */
   readonly shutdownDelayMs: number;
+  /**
+   * D27: how far back a sync position may be (`PLAYBOOK_SYNC_RETENTION_S`): a position whose next change
+   * is older is answered 410, and the follower starts over.
+   */
+  readonly syncRetentionS: number;
   /**
    * D27/D28: the deployment's keys as written in `PLAYBOOK_DEPLOYMENT_KEY` (the first signs and seals);
    * absent, the data directory's key file on SQLite (foundation/deployment-key.ts).
@@ -260,6 +266,7 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     logLevel: env.LOG_LEVEL,
     trustProxy: parseTrustProxy(env.PLAYBOOK_TRUST_PROXY),
     shutdownDelayMs: env.PLAYBOOK_SHUTDOWN_DELAY_MS,
+    syncRetentionS: env.PLAYBOOK_SYNC_RETENTION_S,
     ...(env.PLAYBOOK_DEPLOYMENT_KEY === undefined
       ? {}
       : { deploymentKeys: parseDeploymentKeys(env.PLAYBOOK_DEPLOYMENT_KEY) }),

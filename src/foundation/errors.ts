@@ -63,6 +63,24 @@ export class PreconditionFailedError extends Error {
   override name = 'PreconditionFailedError';
 }
 
+/**
+ * A sync position that cannot be used (D27): `invalid_sync_token` for one the service did not make for
+ * this caller (forged, damaged, another account's, or a page position given as a sync position);
+ * `sync_token_expired` for one the change log no longer reaches, or made for a view that has changed
+ * since: the follower starts over with an initial sync.
+ */
+export class SyncTokenError extends Error {
+  override name = 'SyncTokenError';
+  constructor(
+    message: string,
+    readonly reason: Extract<ProblemCode, 'invalid_sync_token' | 'sync_token_expired'>,
+    /** The query parameter that carried it. */
+    readonly parameter: 'syncToken' | 'pageToken',
+  ) {
+    super(message);
+  }
+}
+
 /** An operation this deployment is not set up for (D22: leak reports without a key list). */
 export class NotConfiguredError extends Error {
   override name = 'NotConfiguredError';

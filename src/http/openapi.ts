@@ -34,6 +34,8 @@ const STATUS_DESCRIPTIONS: Record<string, string> = {
   '404': 'Not found, or not visible to the caller: the two are answered alike',
   '409':
     'The state of what the request names forbids it: `key_inactive`, a revoked or expired key cannot be rolled',
+  '410':
+    '`sync_token_expired`: the sync position is older than the change log keeps, or was made for a view that has changed since (a plan); start again with an initial sync',
   '429': 'Too many requests for this credential, or too many failed authentications from this address',
   '500': 'The service could not complete the request; the request id finds it in the logs',
   '501': 'This deployment is not set up for the operation: leak reports need PLAYBOOK_LEAK_REPORT_KEYS_URL',
@@ -223,7 +225,7 @@ function completeOperation(method: string, operation: Operation): void {
       headers['RateLimit-Remaining'] = ref('RateLimitRemaining');
       headers['RateLimit-Reset'] = ref('RateLimitReset');
     }
-    if (status === '429') headers['Retry-After'] = ref('RetryAfter');
+    if (status === '429' || status === '503') headers['Retry-After'] = ref('RetryAfter');
     if (method === 'get' && (status === '200' || status === '304')) {
       headers.ETag = ref('ETag');
       headers['Cache-Control'] = ref('CacheControl');

@@ -16,6 +16,7 @@ import {
   NotFoundError,
   PreconditionFailedError,
   RateLimitError,
+  SyncTokenError,
   UnavailableError,
   WriteContentionError,
 } from '../foundation/errors.js';
@@ -42,6 +43,8 @@ const TITLES: Record<ProblemCode, string> = {
   key_inactive: 'Key not active',
   version_label_taken: 'Version label taken',
   precondition_failed: 'Precondition failed',
+  invalid_sync_token: 'Invalid sync token',
+  sync_token_expired: 'Sync token expired',
   request_timeout: 'Request timeout',
   expectation_failed: 'Expectation failed',
   headers_too_large: 'Request headers too large',
@@ -162,6 +165,17 @@ function classify(error: FastifyError | Error): {
   }
   if (error instanceof PreconditionFailedError) {
     return { status: 412, code: 'precondition_failed', detail: error.message };
+  }
+  if (error instanceof SyncTokenError) {
+    const invalid = error.reason === 'invalid_sync_token';
+    return {
+      status: invalid ? 400 : 410,
+      code: error.reason,
+      detail: error.message,
+      ...(invalid
+        ? { errors: [{ in: 'query' as const, name: error.parameter, message: error.message }] }
+        : {}),
+    };
   }
   if (error instanceof NotConfiguredError) {
     return { status: 501, code: 'not_implemented', detail: error.message };

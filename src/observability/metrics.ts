@@ -249,6 +249,7 @@ export class Metrics {
   readonly changesAppended: Counter<'type'>;
   readonly changeLogPosition: Gauge;
   readonly dependencyUp: Gauge<'dependency'>;
+  readonly syncPages: Counter<'kind'>;
 
   /** Caches whose size a gauge reports, registered as they are made. */
   private readonly cacheSizes = new Set<() => number>();
@@ -398,6 +399,12 @@ export class Metrics {
       name: 'playbook_dependency_up',
       help: '1 while a dependency (database, contentStore, redis) answers this instance, 0 while it does not',
       labelNames: ['dependency'] as const,
+      registers,
+    });
+    this.syncPages = new Counter({
+      name: 'playbook_sync_pages_total',
+      help: 'Pages of the sync feed served, by kind: initial (of an initial sync), delta (changes), empty (nothing changed)',
+      labelNames: ['kind'] as const,
       registers,
     });
   }

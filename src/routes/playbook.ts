@@ -20,14 +20,14 @@ import {
   VersionParams,
 } from '../schemas/playbook.js';
 
-const security: { [scheme: string]: string[] }[] = [{ apiKey: [] }, { accessToken: [] }];
-const READ = { auth: { policy: 'api-key-or-token', scope: 'playbook:read' } } as const;
+export const security: { [scheme: string]: string[] }[] = [{ apiKey: [] }, { accessToken: [] }];
+export const READ = { auth: { policy: 'api-key-or-token', scope: 'playbook:read' } } as const;
 /** Reads answer HEAD as GET, without the body (D11). */
 const GET_AND_HEAD = ['GET', 'HEAD'];
 const listErrors = problemResponses(400, 401, 403, 429, 500, 503);
 const itemErrors = problemResponses(400, 401, 403, 404, 429, 500, 503);
 
-function principalOf(request: { principal: Principal | null }): Principal {
+export function principalOf(request: { principal: Principal | null }): Principal {
   // The auth hook has run for every route that states a scope; a missing principal is a wiring bug.
   if (!request.principal) throw new Error('route reached without a principal');
   return request.principal;

@@ -145,6 +145,8 @@ export const ProblemCode = StringEnum([
   'key_inactive',
   'version_label_taken',
   'precondition_failed',
+  'invalid_sync_token',
+  'sync_token_expired',
   'request_timeout',
   'expectation_failed',
   'headers_too_large',

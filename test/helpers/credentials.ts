@@ -13,6 +13,7 @@ import { PublishService } from '../../src/publish/publish-service.js';
 import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from './backend.js';
 import { followNow, type ReadSide, readSide } from './read-side.js';
+import { type SyncParts, type SyncSetup, syncParts } from './sync.js';
 
 /**
  * Real credentials for tests: API keys minted and stored exactly as the service does, and access
@@ -144,12 +145,16 @@ export async function buildIdentityApp(
   backend: TestBackend,
   identity: TestIdentity,
   logger?: FastifyBaseLogger,
-  /** Parts a test replaces: the object store publishing writes to (to make it fail half-way). */
+  /**
+   * Parts a test replaces: the object store publishing writes to (to make it fail half-way); the sync
+   * feed's clock and cap, and where its parts are handed back.
+   */
   overrides: {
     readonly objectStore?: ContentStore;
     readonly tracing?: Tracing;
     /** The read path, for a test that looks at the answers it holds. */
     readonly reads?: ReadSide;
+    readonly sync?: SyncSetup & { readonly built?: (parts: SyncParts) => void };
   } = {},
 ): Promise<FastifyInstance> {
   const reads =
@@ -165,9 +170,12 @@ export async function buildIdentityApp(
     },
     { maxContentBytes: config.maxContentBytes },
   );
+  const sync = await syncParts(config, backend.databases.reader, identity.metrics, overrides.sync);
+  overrides.sync?.built?.(sync);
   const app = await buildApp({
     metrics: identity.metrics,
     reads: reads.answers,
+    sync,
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,
     readiness: [],
