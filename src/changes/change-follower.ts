@@ -51,6 +51,8 @@ export class ChangeFollower {
   private readonly pollMs: number;
   private readonly metrics: Metrics;
   private position: number | undefined;
+  /** The position every listener has been told up to (the first read's, before anything moved). */
+  private told: number | undefined;
   private timer: NodeJS.Timeout | undefined;
   private unsubscribe: (() => void) | undefined;
   private running: Promise<void> | undefined;
@@ -73,6 +75,14 @@ export class ChangeFollower {
    */
   get current(): boolean {
     return !this.failing;
+  }
+
+  /**
+   * The log's position up to which every change has been told to the listeners: what a listener that
+   * has been told nothing yet may take as its start (D27's held requests).
+   */
+  get toldUpTo(): number | undefined {
+    return this.told;
   }
 
   /** Calls `listener` each time the log moves; returns the way to stop. */
@@ -145,9 +155,13 @@ export class ChangeFollower {
     if (this.saidFailing) this.options.logger?.info('reading the change log again');
     this.saidFailing = false;
     this.failing = false;
-    if (!followed) return;
+    if (!followed) {
+      this.told ??= this.position;
+      return;
+    }
     this.metrics.changeLogPosition.set(followed.seq);
     for (const listener of this.listeners) listener(followed);
+    this.told = followed.seq;
   }
 
   /**

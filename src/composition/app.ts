@@ -31,6 +31,7 @@ import { playbookRoutes } from '../routes/playbook.js';
 import { publishRoutes } from '../routes/publish.js';
 import { syncRoutes } from '../routes/sync.js';
 import { REQUEST_ID_PATTERN } from '../schemas/common.js';
+import type { HeldRequests } from '../sync/held-requests.js';
 import type { SyncFeed } from '../sync/sync-feed.js';
 import { documentation } from './documentation.js';
 import { requestPipeline } from './request-pipeline.js';
@@ -54,8 +55,11 @@ export interface AppDependencies {
     readonly maxBodyBytes: number;
     readonly maxResources: number;
   };
-  /** D27: the sync feed at `/v3/playbook/sync`; an app built without it has no sync route. */
-  readonly sync?: { readonly feed: SyncFeed };
+  /**
+   * D27: the sync feed at `/v3/playbook/sync`, and the requests it holds, answered at once when the app
+   * closes; an app built without it has no sync route.
+   */
+  readonly sync?: { readonly feed: SyncFeed; readonly held?: HeldRequests };
   /** D22: verifies leak reports' signatures; without it, leak reports answer 501. */
   readonly leakSignatures?: LeakReportSignatures;
   readonly readiness: readonly ReadinessCheck[];
@@ -216,7 +220,12 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     }),
   );
   await app.register(playbookRoutes(deps.reads));
-  if (deps.sync) await app.register(syncRoutes(deps.sync.feed));
+  if (deps.sync) {
+    await app.register(syncRoutes(deps.sync.feed));
+    const held = deps.sync.held;
+    // A held request must not hold the shutdown up: it is answered (empty, same position) at once.
+    if (held) app.addHook('preClose', async () => held.drain());
+  }
   if (deps.publish) await app.register(publishRoutes(deps.publish));
   if (deps.keys) {
     const options = {

@@ -21,6 +21,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { Observation } from '../observability/observation.js';
 import { PublishService } from '../publish/publish-service.js';
 import type { ReadinessCheck } from '../routes/operations.js';
+import { HeldRequests } from '../sync/held-requests.js';
 import { SyncFeed } from '../sync/sync-feed.js';
 import { SyncTokens } from '../sync/sync-tokens.js';
 import { createStorage, type Dependencies, type StorageOptions } from './storage.js';
@@ -62,7 +63,7 @@ export interface Services {
    * D27: the sync feed and the requests it holds, when the deployment's keys were given (they seal its
    * positions); a command that serves nothing needs neither.
    */
-  readonly sync: { readonly feed: SyncFeed } | undefined;
+  readonly sync: { readonly feed: SyncFeed; readonly held: HeldRequests } | undefined;
   /** Lines printed when the server starts: how a newcomer gets a token and a key. */
   gettingStarted(address: string): string[];
   close(): Promise<void>;
@@ -153,7 +154,7 @@ export function createServices(
   });
   follower.onChange((followed) => identity.verifier.follow(followed));
   const sync = options.deploymentKeys
-    ? syncFeedOf(config, options.deploymentKeys, databases, metrics)
+    ? syncFeedOf(config, options.deploymentKeys, databases, follower, metrics)
     : undefined;
   const publish = new PublishService(
     { db: databases.primary, objectStore, writes, metrics },
@@ -182,6 +183,7 @@ export function createServices(
     sync,
     gettingStarted: (address) => identity.gettingStarted(address),
     close: async () => {
+      sync?.held.close();
       unobserve();
       unwatchDatabase();
       trust.close();
@@ -193,16 +195,20 @@ export function createServices(
   };
 }
 
-/** D27: the sync feed over the database reads go to. */
+/** D27: the sync feed over the database reads go to, following the log its follower reads. */
 function syncFeedOf(
   config: Config,
   keys: DeploymentKeys,
   databases: Databases,
+  follower: ChangeFollower,
   metrics: Metrics,
-): { feed: SyncFeed } {
+): { feed: SyncFeed; held: HeldRequests } {
+  const held = new HeldRequests(follower, { maxHeld: config.syncMaxWaiters });
+  metrics.observeHeldRequests(() => held.count);
   const feed = new SyncFeed(databases.reader, new SyncTokens(keys), {
     retentionS: config.syncRetentionS,
     metrics,
+    waits: held,
   });
-  return { feed };
+  return { feed, held };
 }

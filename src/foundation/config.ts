@@ -67,6 +67,7 @@ const EnvSchema = Type.Object({
     default: 64 * 1024 * 1024,
   }),
   PLAYBOOK_SYNC_RETENTION_S: Type.Integer({ minimum: 60, maximum: 315_360_000, default: 2_592_000 }),
+  PLAYBOOK_SYNC_MAX_WAITERS: Type.Integer({ minimum: 0, maximum: 100_000, default: 1000 }),
   PLAYBOOK_DEPLOYMENT_KEY: Type.Optional(
     Type.String({ minLength: 1, description: 'comma-separated base64 keys of at least 32 bytes each' }),
   ),
@@ -132,6 +133,8 @@ export interface Config {
    * is older is answered 410, and the follower starts over.
    */
   readonly syncRetentionS: number;
+  /** D27: requests one instance holds waiting for a change (`PLAYBOOK_SYNC_MAX_WAITERS`); past it, 503. */
+  readonly syncMaxWaiters: number;
   /**
    * D27/D28: the deployment's keys as written in `PLAYBOOK_DEPLOYMENT_KEY` (the first signs and seals);
    * absent, the data directory's key file on SQLite (foundation/deployment-key.ts).
@@ -267,6 +270,7 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     trustProxy: parseTrustProxy(env.PLAYBOOK_TRUST_PROXY),
     shutdownDelayMs: env.PLAYBOOK_SHUTDOWN_DELAY_MS,
     syncRetentionS: env.PLAYBOOK_SYNC_RETENTION_S,
+    syncMaxWaiters: env.PLAYBOOK_SYNC_MAX_WAITERS,
     ...(env.PLAYBOOK_DEPLOYMENT_KEY === undefined
       ? {}
       : { deploymentKeys: parseDeploymentKeys(env.PLAYBOOK_DEPLOYMENT_KEY) }),

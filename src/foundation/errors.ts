@@ -165,6 +165,14 @@ export class WriteContentionError extends UnavailableError {
   override name = 'WriteContentionError';
 }
 
+/**
+ * This instance holds as much of some kind of work as it may (D27: requests held waiting for a
+ * change): the caller tries again after `Retry-After`. Its message is safe to show.
+ */
+export class CapacityError extends UnavailableError {
+  override name = 'CapacityError';
+}
+
 /** Stored content that no longer matches its hash: logged, never served (D12). */
 export class IntegrityError extends Error {
   override name = 'IntegrityError';

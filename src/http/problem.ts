@@ -4,6 +4,7 @@ import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import {
   AuthenticationError,
+  CapacityError,
   ConflictError,
   ContentTooLargeError,
   ForbiddenError,
@@ -182,7 +183,7 @@ function classify(error: FastifyError | Error): {
   }
   if (error instanceof RateLimitError) return { status: 429, code: 'rate_limited', detail: error.message };
   // Backends translate their outages where they happen (the database adapter, the S3 store).
-  if (error instanceof WriteContentionError)
+  if (error instanceof WriteContentionError || error instanceof CapacityError)
     return { status: 503, code: 'unavailable', detail: error.message };
   if (error instanceof UnavailableError) {
     return {

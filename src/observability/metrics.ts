@@ -251,6 +251,8 @@ export class Metrics {
   readonly dependencyUp: Gauge<'dependency'>;
   readonly syncPages: Counter<'kind'>;
 
+  /** What reports the requests held waiting for a change (D27). */
+  private heldRequests: (() => number) | undefined;
   /** Caches whose size a gauge reports, registered as they are made. */
   private readonly cacheSizes = new Set<() => number>();
   /** Connection pools whose use the gauges report: PostgreSQL's, by role. */
@@ -407,6 +409,15 @@ export class Metrics {
       labelNames: ['kind'] as const,
       registers,
     });
+    const heldRequests = () => this.heldRequests;
+    new Gauge({
+      name: 'playbook_sync_held_requests',
+      help: 'Sync requests this instance holds waiting for a change',
+      registers,
+      collect() {
+        this.set(heldRequests()?.() ?? 0);
+      },
+    });
   }
 
   /** Reports the size of a cache of answers; returns the way to stop. */
@@ -418,6 +429,11 @@ export class Metrics {
   /** Reports the use of a PostgreSQL pool, by its role (primary, reader). */
   observePool(role: string, pool: PoolState): void {
     this.pools.set(role, pool);
+  }
+
+  /** Reports how many sync requests are held waiting for a change (D27). */
+  observeHeldRequests(count: () => number): void {
+    this.heldRequests = count;
   }
 
   /** Reports whether the shared Redis connection is ready. */

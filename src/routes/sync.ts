@@ -52,7 +52,10 @@ function serializersOf(reply: FastifyReply): ItemSerializers {
   };
 }
 
-/** `GET /v3/playbook/sync` (D27): an initial sync, then what changed. */
+/**
+ * `GET /v3/playbook/sync` (D27): an initial sync, then what changed, with requests held until
+ * something does. A held request whose client goes away is let go at once (`onRequestAbort`).
+ */
 export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
   return async (app) => {
     app.route({
@@ -65,6 +68,7 @@ export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
         description:
           'Without syncToken: an initial sync, pages of every Catalog (as the Catalogs list shows them, pins included) and every Resource (as list items) the caller can see. ' +
           'Follow nextPageToken (as pageToken) until a page gives nextSyncToken; keep that, and ask later with syncToken for what changed since: each Catalog or Resource once, as it is now, in the order of its last change, or {type: "removed"} when the caller can no longer see it (a removed Catalog takes its Resources with it). ' +
+          'With wait, a request that finds nothing changed is held until something does (answered within a second of the change) or answered empty at the end of the wait; past the instance’s limit of held requests, 503 with Retry-After. ' +
           'A token is opaque and works for the caller it was made for: another account’s, a damaged one, or a page token given as syncToken is 400 invalid_sync_token; one older than the change log keeps, or made before the account’s plan changed, is 410 sync_token_expired, and the follower starts again with an initial sync.',
         tags: ['playbook'],
         security,
@@ -75,10 +79,23 @@ export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
           ...problemResponses(400, 401, 403, 410, 429, 500, 503),
         },
       },
+      onRequestAbort: (request) => {
+        request.syncAbort?.abort();
+      },
       handler: async (request, reply) => {
-        const answer = await feed.read(principalOf(request), request.query);
+        // Aborted when the client goes away while the request is held.
+        const abort = new AbortController();
+        request.syncAbort = abort;
+        const answer = await feed.read(principalOf(request), request.query, abort.signal);
         return sendAnswer(request, reply, Answer.json(pageText(answer, serializersOf(reply))));
       },
     });
   };
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set while a sync request may be held: aborted when its client goes away. */
+    syncAbort?: AbortController;
+  }
 }

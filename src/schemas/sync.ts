@@ -7,6 +7,9 @@ import { Catalog, ResourceListItem } from './playbook.js';
  * each page carrying the position to go on from.
  */
 
+/** The longest a request may be held waiting for a change, in seconds. */
+export const MAX_SYNC_WAIT_S = 60;
+
 /** What a sync page holds by default: the most a page may hold. */
 export const DEFAULT_SYNC_PAGE_SIZE = MAX_PAGE_SIZE;
 
@@ -42,6 +45,14 @@ export const SyncQuery = Type.Object(
         minimum: 1,
         maximum: MAX_PAGE_SIZE,
         description: `items per page, default ${DEFAULT_SYNC_PAGE_SIZE}`,
+      }),
+    ),
+    wait: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_SYNC_WAIT_S,
+        description:
+          'With syncToken only: when nothing changed yet, seconds to hold the request until something does (answered within a second of the change), or to answer an empty page at the end',
       }),
     ),
   },

@@ -32,12 +32,30 @@ export type SyncAnswer =
 /** What a page was, as the metrics count it. */
 export type PageKind = 'initial' | 'delta' | 'empty';
 
+/**
+ * Where the feed learns, without asking the database, that nothing of some namespaces changed, and
+ * waits until something does (held-requests.ts).
+ */
+export interface ChangeWaits {
+  /** The log position up to which nothing of `namespaces` changed after `after`, when that is known. */
+  quietSince(after: number, namespaces: readonly string[]): number | undefined;
+  /** Resolves when a change of `namespaces` after `after` is known, or at the end of `ms`, or at a drain. */
+  wait(
+    namespaces: readonly string[],
+    after: number,
+    ms: number,
+    signal?: AbortSignal,
+  ): Promise<'changed' | 'timeout' | 'drained' | 'aborted'>;
+}
+
 export interface SyncFeedOptions {
   /** How far back a position may be (`PLAYBOOK_SYNC_RETENTION_S`). */
   readonly retentionS: number;
   /** Now, in milliseconds since the epoch (tests move it). */
   readonly now?: () => number;
   readonly metrics?: Metrics;
+  /** What is known of the log in memory, and the held requests; without it every read asks the database. */
+  readonly waits?: ChangeWaits;
 }
 
 /** Pins a page of Catalogs may hold beyond its first Catalog: the size of the page stays in bounds. */
@@ -79,9 +97,9 @@ export class SyncFeed {
     this.metrics = options.metrics ?? new Metrics();
   }
 
-  /** One page of the feed for `principal`. */
-  async read(principal: Principal, query: SyncQuery): Promise<SyncAnswer> {
-    const { answer, kind } = await this.page(principal, query);
+  /** One page of the feed for `principal`; `signal` ends a held request early (its client went away). */
+  async read(principal: Principal, query: SyncQuery, signal?: AbortSignal): Promise<SyncAnswer> {
+    const { answer, kind } = await this.page(principal, query, signal);
     this.metrics.syncPages.inc({ kind });
     return answer;
   }
@@ -89,9 +107,13 @@ export class SyncFeed {
   private async page(
     principal: Principal,
     query: SyncQuery,
+    signal: AbortSignal | undefined,
   ): Promise<{ answer: SyncAnswer; kind: PageKind }> {
     if (query.syncToken !== undefined && query.pageToken !== undefined) {
       throw InputError.of('query', 'pageToken', 'give syncToken or pageToken, not both');
+    }
+    if (query.wait !== undefined && query.syncToken === undefined) {
+      throw InputError.of('query', 'wait', 'is taken with syncToken only');
     }
     const size = query.pageSize ?? DEFAULT_SYNC_PAGE_SIZE;
     const view: View = { accountId: principal.accountId, plan: principal.plan };
@@ -114,7 +136,14 @@ export class SyncFeed {
     if (query.syncToken !== undefined) {
       const position = this.opened(query.syncToken, 'syncToken', view);
       if (position.kind === 'sync') {
-        const answer = await this.changesSince(principal, query.syncToken, position.seq, size);
+        const answer = await this.changesSince(
+          principal,
+          query.syncToken,
+          position.seq,
+          size,
+          query.wait ?? 0,
+          signal,
+        );
         return { answer, kind: answer.data.length === 0 ? 'empty' : 'delta' };
       }
     }
@@ -159,18 +188,52 @@ export class SyncFeed {
     }
   }
 
-  /** What changed after `seq` (the position of `token`); the same token when nothing did. */
+  /**
+   * What changed after `seq` (the position of `token`). When nothing did and `waitS` allows, the request
+   * is held until a change of the caller's namespaces is known on this instance, or answered empty at
+   * the end, at the same position.
+   */
   private async changesSince(
     principal: Principal,
     token: string,
     seq: number,
     size: number,
+    waitS: number,
+    signal: AbortSignal | undefined,
   ): Promise<SyncAnswer> {
-    const head = await readHead(this.db);
-    // A position ahead of the log as read here: this instance's reads are behind another's (a replica).
-    if (head <= seq) return { data: [], nextSyncToken: token };
-    await this.checkReach(seq, 'syncToken');
-    return this.deltaPage(principal, { from: seq, upto: head }, seq, undefined, size);
+    const view: View = { accountId: principal.accountId, plan: principal.plan };
+    const namespaces = viewNamespaces(principal);
+    const emptyAt = (position: number): SyncAnswer => ({
+      data: [],
+      nextSyncToken: position <= seq ? token : this.tokens.seal({ kind: 'sync', view, seq: position }),
+    });
+    let quiet = this.options.waits?.quietSince(seq, namespaces);
+    if (quiet === undefined) {
+      const head = await readHead(this.db);
+      // A position ahead of the log as read here: this instance's reads are behind another's (a replica).
+      if (head <= seq) {
+        quiet = seq;
+      } else {
+        await this.checkReach(seq, 'syncToken');
+        const answer = await this.deltaPage(principal, { from: seq, upto: head }, seq, undefined, size);
+        if (answer.data.length > 0 || answer.nextPageToken !== undefined) return answer;
+        quiet = head;
+      }
+    }
+    const waits = this.options.waits;
+    if (waitS === 0 || !waits) return emptyAt(quiet);
+    const deadline = this.now() + waitS * 1000;
+    for (;;) {
+      const outcome = await waits.wait(namespaces, quiet, deadline - this.now(), signal);
+      if (outcome !== 'changed') return emptyAt(quiet);
+      const head = await readHead(this.db);
+      if (head > quiet) {
+        const answer = await this.deltaPage(principal, { from: quiet, upto: head }, quiet, undefined, size);
+        if (answer.data.length > 0 || answer.nextPageToken !== undefined) return answer;
+        quiet = head;
+      }
+      if (this.now() >= deadline) return emptyAt(quiet);
+    }
   }
 
   /** A page of an initial sync that began at the log's `seq`, from `cursor`. */

@@ -170,7 +170,13 @@ export async function buildIdentityApp(
     },
     { maxContentBytes: config.maxContentBytes },
   );
-  const sync = await syncParts(config, backend.databases.reader, identity.metrics, overrides.sync);
+  const sync = await syncParts(
+    config,
+    backend.databases.reader,
+    reads.follower,
+    identity.metrics,
+    overrides.sync,
+  );
   overrides.sync?.built?.(sync);
   const app = await buildApp({
     metrics: identity.metrics,
@@ -192,7 +198,10 @@ export async function buildIdentityApp(
     timeouts: config.timeouts,
     trustProxy: config.trustProxy,
   });
-  app.addHook('onClose', async () => reads.close());
+  app.addHook('onClose', async () => {
+    sync.held.close();
+    reads.close();
+  });
   await app.ready();
   return app;
 }

@@ -11,7 +11,9 @@ import { main } from '../../src/cli/program.js';
 import { buildApp } from '../../src/composition/app.js';
 import { createServices, type Services } from '../../src/composition/services.js';
 import { loadConfig } from '../../src/foundation/config.js';
+import { loadDeploymentKeys } from '../../src/foundation/deployment-key.js';
 import type { DependencyName } from '../../src/observability/dependency-health.js';
+import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from '../helpers/backend.js';
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -100,7 +102,14 @@ export async function startInstance(
   });
   const { logger, lines } = capturingLogger();
   const lookups = { count: 0 };
+  // As `playbook serve` loads them: instances on one database share the deployment's key (D27).
+  const deploymentKeys = await loadDeploymentKeys({
+    dataDir: config.dataDir,
+    databaseKind: config.database.kind,
+    ...(config.deploymentKeys ? { keys: config.deploymentKeys } : {}),
+  });
   const services = createServices(config, logger, {
+    deploymentKeys,
     identity: {
       ...setup.identity,
       keyLookup: (lookup: ApiKeyLookup) => ({
@@ -121,6 +130,7 @@ export async function startInstance(
     readiness: services.readiness,
     servesFromMemory: () => services.servesFromMemory(),
     keys: services.identity.keys,
+    ...(services.sync ? { sync: services.sync } : {}),
     publish: {
       service: services.publish,
       maxBodyBytes: config.maxPublishBytes,
@@ -161,10 +171,14 @@ export async function bearer(instance: Instance, user: string, accounts: string[
 }
 
 /** An API key stored through the instance's key service (no request, so no rate limit is touched). */
-export async function storeKey(instance: Instance, accountId: string): Promise<{ id: string; key: string }> {
+export async function storeKey(
+  instance: Instance,
+  accountId: string,
+  scopes: Scope[] = ['playbook:read'],
+): Promise<{ id: string; key: string }> {
   const created = await instance.services.identity.keys.createFor(
     { subject: 'test-user', accounts: [accountId] },
-    { name: 'multi-instance test', accountId, scopes: ['playbook:read'] },
+    { name: 'multi-instance test', accountId, scopes },
   );
   return { id: created.id, key: created.key };
 }

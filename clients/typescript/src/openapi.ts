@@ -167,7 +167,7 @@ export interface paths {
         };
         /**
          * Follow every Catalog and Resource the caller can see: an initial sync, then changes
-         * @description Without syncToken: an initial sync, pages of every Catalog (as the Catalogs list shows them, pins included) and every Resource (as list items) the caller can see. Follow nextPageToken (as pageToken) until a page gives nextSyncToken; keep that, and ask later with syncToken for what changed since: each Catalog or Resource once, as it is now, in the order of its last change, or {type: "removed"} when the caller can no longer see it (a removed Catalog takes its Resources with it). A token is opaque and works for the caller it was made for: another account’s, a damaged one, or a page token given as syncToken is 400 invalid_sync_token; one older than the change log keeps, or made before the account’s plan changed, is 410 sync_token_expired, and the follower starts again with an initial sync.
+         * @description Without syncToken: an initial sync, pages of every Catalog (as the Catalogs list shows them, pins included) and every Resource (as list items) the caller can see. Follow nextPageToken (as pageToken) until a page gives nextSyncToken; keep that, and ask later with syncToken for what changed since: each Catalog or Resource once, as it is now, in the order of its last change, or {type: "removed"} when the caller can no longer see it (a removed Catalog takes its Resources with it). With wait, a request that finds nothing changed is held until something does (answered within a second of the change) or answered empty at the end of the wait; past the instance’s limit of held requests, 503 with Retry-After. A token is opaque and works for the caller it was made for: another account’s, a damaged one, or a page token given as syncToken is 400 invalid_sync_token; one older than the change log keeps, or made before the account’s plan changed, is 410 sync_token_expired, and the follower starts again with an initial sync.
          */
         get: operations["syncPlaybook"];
         put?: never;
@@ -2407,6 +2407,8 @@ export interface operations {
                 pageToken?: string;
                 /** @description items per page, default 100 */
                 pageSize?: number;
+                /** @description With syncToken only: when nothing changed yet, seconds to hold the request until something does (answered within a second of the change), or to answer an empty page at the end */
+                wait?: number;
             };
             header?: {
                 /** @description The account to act for: one of the accounts an access token lists (403 otherwise); with an API key, its own account or nothing */
