@@ -1,5 +1,6 @@
 import { parseApiKey } from './api-key.js';
 import type { components, operations } from './openapi.js';
+import { PlaybookSync } from './sync.js';
 import {
   type Call,
   MemoryCache,
@@ -130,6 +131,8 @@ const segment = encodeURIComponent;
  */
 export class Playbook {
   private readonly transport: Transport;
+  /** The sync feed: everything the caller sees, then what changed (see `PlaybookSync`). */
+  readonly sync: PlaybookSync;
 
   constructor(options: PlaybookOptions) {
     const { apiKey, accessToken } = options;
@@ -167,6 +170,7 @@ export class Playbook {
       fetch: options.fetch ?? globalThis.fetch,
       onResponse: options.onResponse,
     });
+    this.sync = new PlaybookSync(this.transport);
   }
 
   private write<T>(

@@ -68,6 +68,10 @@ export interface Call {
   readonly headers?: Readonly<Record<string, string>> | undefined;
   /** Request headers the caller gave for this call: checked against `OWNED_HEADERS` first. */
   readonly callerHeaders?: Readonly<Record<string, string>> | undefined;
+  /** How long one attempt may take, when not the client's `timeoutMs` (a request the service holds). */
+  readonly timeoutMs?: number | undefined;
+  /** Neither revalidated nor kept by the cache: an answer no later call asks for again. */
+  readonly uncached?: boolean | undefined;
 }
 
 /**
@@ -137,7 +141,7 @@ export class Transport {
     for (const [name, value] of Object.entries(call.headers ?? {})) headers.set(name, value);
     const url = this.url(call);
     const cacheKey =
-      options.cache && call.method === 'GET'
+      options.cache && call.method === 'GET' && !call.uncached
         ? `${await options.credential.cacheName()} ${options.accountId ?? ''} ${url}`
         : undefined;
     const cached = cacheKey === undefined ? undefined : options.cache!.get(cacheKey);
@@ -146,7 +150,8 @@ export class Transport {
     for (let attempt = 1; ; attempt++) {
       let failure: PlaybookError;
       let waitMs: number | undefined;
-      const timeout = AbortSignal.timeout(options.timeoutMs);
+      const timeoutMs = call.timeoutMs ?? options.timeoutMs;
+      const timeout = AbortSignal.timeout(timeoutMs);
       const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
       try {
         const response = await options.fetch(url, {
@@ -188,7 +193,7 @@ export class Transport {
           code: timedOut ? 'timeout' : 'network_error',
           title: timedOut ? 'Timeout' : 'Network error',
           detail: timedOut
-            ? `no answer within ${options.timeoutMs} ms`
+            ? `no answer within ${timeoutMs} ms`
             : `the request did not reach the service (${(error as Error).message})`,
           cause: error,
         });
@@ -200,8 +205,11 @@ export class Transport {
     }
   }
 
-  /** Full jitter: anywhere between zero and the exponential ceiling, so that clients spread out. */
-  private backoffMs(attempt: number): number {
+  /**
+   * Full jitter: anywhere between zero and the exponential ceiling, so that clients spread out. Also
+   * the pause of a caller that goes on after a call failed for good (`sync.follow`).
+   */
+  backoffMs(attempt: number): number {
     const ceiling = Math.min(this.options.maxRetryDelayMs, this.options.retryBaseMs * 2 ** (attempt - 1));
     return Math.random() * ceiling;
   }
@@ -315,7 +323,7 @@ function describe(operation: string, response: Response, fromCache: boolean, att
 }
 
 /** Waits, unless the caller gives up first. */
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+export function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) {
       reject(signal.reason);
