@@ -90,7 +90,7 @@ function printer(context: CliContext, options: AuditOptions): Print {
  * A signal aborted when the output is gone (a reader such as `head` closed the pipe), and, when
  * following, by the first SIGINT or SIGTERM: either ends the command with exit 0.
  */
-function stopped(context: CliContext, follow: boolean): { signal: AbortSignal; dispose(): void } {
+export function stopped(context: CliContext, follow: boolean): { signal: AbortSignal; dispose(): void } {
   const controller = new AbortController();
   const abort = () => controller.abort();
   // Left in place: a failed write says so after the fact, possibly once the command has ended.

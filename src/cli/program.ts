@@ -17,6 +17,7 @@ import { registerImportCommand } from './import.js';
 import { registerKeysCommand } from './keys.js';
 import { registerMigrateCommand } from './migrate.js';
 import { registerPublishCommand } from './publish.js';
+import { registerPullCommand } from './pull.js';
 import { registerServeCommand } from './serve.js';
 import { registerTokenCommand } from './token.js';
 
@@ -169,6 +170,7 @@ export function buildProgram(context: CliContext): Command {
     registerTokenCommand,
     registerKeysCommand,
     registerPublishCommand,
+    registerPullCommand,
     registerAuditCommand,
     registerGetCommand,
   ]) {
