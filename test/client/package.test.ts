@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -84,6 +84,57 @@ describe('@playbook/client in this repository (D24)', () => {
       expect(await fs.readFile(path.join(out, 'svc/handbook/escalation.md'), 'utf8')).toBe(
         '# escalation\n\nPage the on-call.\n',
       );
+    });
+
+    it('with --follow, keeps the mirror current through the sync feed until stopped (D27)', async () => {
+      const { key } = await identity.mintKey({
+        accountId: 'acme',
+        scopes: ['playbook:read', 'playbook:write'],
+      });
+      const followed = path.join(backend.workDir, 'followed');
+      const child = spawn('node', [path.join(ROOT, 'examples/mirror-catalogs.mjs'), followed, '--follow'], {
+        cwd: ROOT,
+        env: { ...process.env, PLAYBOOK_API_KEY: key, PLAYBOOK_URL: baseUrl },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let stdout = '';
+      child.stdout.on('data', (chunk: Buffer) => {
+        stdout += chunk.toString();
+      });
+      const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+      const until = async (what: string, probe: () => Promise<boolean> | boolean) => {
+        for (const deadline = Date.now() + 10_000; !(await probe()); ) {
+          if (Date.now() > deadline) throw new Error(`${what} did not happen; stdout:\n${stdout}`);
+          await new Promise((resolve) => setTimeout(resolve, 25));
+        }
+      };
+      try {
+        await until('the initial sync', () => stdout.includes('following changes'));
+        expect(stdout).toContain(`mirrored 3 resources into ${followed}\n`);
+        const written = await app.inject({
+          method: 'PUT',
+          url: '/v3/playbook/catalogs/org/runbooks/resources/rollback',
+          headers: { 'x-api-key': key },
+          payload: {
+            kind: 'document',
+            title: 'Rollback',
+            version: '1',
+            mediaType: 'text/markdown',
+            content: '# Rollback\n',
+          },
+        });
+        expect(written.statusCode, written.body).toBe(201);
+        const file = path.join(followed, 'org', 'runbooks', 'rollback.md');
+        await until(
+          'the new resource in the mirror',
+          async () => (await fs.readFile(file, 'utf8').catch(() => '')) === '# Rollback\n',
+        );
+        expect(stdout).toContain('~ org/runbooks/rollback\n');
+        child.kill('SIGTERM');
+        expect(await exited).toBe(0);
+      } finally {
+        child.kill('SIGKILL');
+      }
     });
 
     it('exits 1 with the problem when the key is refused', async () => {
