@@ -382,6 +382,27 @@ describe('the sync feed (D27)', () => {
     expect(again.statusCode).toBe(304);
   });
 
+  it('counts the pages it serves by kind: initial, delta, empty', async () => {
+    const count = async (kind: string) =>
+      Number(
+        new RegExp(`^playbook_sync_pages_total\\{kind="${kind}"\\} (\\d+)$`, 'm').exec(
+          await identity.metrics.registry.metrics(),
+        )?.[1] ?? 0,
+      );
+    const before = {
+      initial: await count('initial'),
+      delta: await count('delta'),
+      empty: await count('empty'),
+    };
+    const { synced, syncToken } = await mirrorOf(acme, 4);
+    expect((await syncRequest(app, acme, { syncToken })).statusCode).toBe(200);
+    expect((await putResource('mine', 'counted')).statusCode).toBe(201);
+    expect((await syncRequest(app, acme, { syncToken })).json().data).toHaveLength(1);
+    expect(await count('initial')).toBe(before.initial + synced.pages.length);
+    expect(await count('empty')).toBe(before.empty + 1);
+    expect(await count('delta')).toBe(before.delta + 1);
+  });
+
   describe('positions are bound to the view they were made for', () => {
     it("another account's position is 400 invalid_sync_token, as a sync or a page position", async () => {
       const globex = (await identity.mintKey({ accountId: 'globex' })).headers;
