@@ -249,7 +249,7 @@ export class Metrics {
   readonly changesAppended: Counter<'type'>;
   readonly changeLogPosition: Gauge;
   readonly dependencyUp: Gauge<'dependency'>;
-  readonly syncPages: Counter<'kind'>;
+  readonly syncPages: BoundCounter<'kind'>;
 
   /** What reports the requests held waiting for a change (D27). */
   private heldRequests: (() => number) | undefined;
@@ -403,12 +403,15 @@ export class Metrics {
       labelNames: ['dependency'] as const,
       registers,
     });
-    this.syncPages = new Counter({
-      name: 'playbook_sync_pages_total',
-      help: 'Pages of the sync feed served, by kind: initial (of an initial sync), delta (changes), empty (nothing changed)',
-      labelNames: ['kind'] as const,
-      registers,
-    });
+    this.syncPages = new BoundCounter(
+      {
+        name: 'playbook_sync_pages_total',
+        help: 'Pages of the sync feed served, by kind: initial (of an initial sync), delta (changes), empty (nothing changed)',
+        labelNames: ['kind'] as const,
+        registers,
+      },
+      recording,
+    );
     const heldRequests = () => this.heldRequests;
     new Gauge({
       name: 'playbook_sync_held_requests',

@@ -1,12 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply } from 'fastify';
+import { LRUCache } from 'lru-cache';
 import { Answer, sendAnswer } from '../http/answer.js';
 import { notModifiedResponse, problemResponses } from '../schemas/common.js';
 import {
   type SyncCatalogItem,
   SyncCatalogItem as SyncCatalogItemSchema,
-  type SyncItem,
   SyncPage,
   SyncQuery,
   type SyncRemovedItem,
@@ -14,8 +14,10 @@ import {
   type SyncResourceItem,
   SyncResourceItem as SyncResourceItemSchema,
 } from '../schemas/sync.js';
-import type { SyncAnswer, SyncFeed } from '../sync/sync-feed.js';
+import type { FeedItem, SyncAnswer, SyncFeed } from '../sync/sync-feed.js';
 import { principalOf, READ, security } from './playbook.js';
+
+const EMPTY_PINS = '"resourcePins":[]';
 
 /** Serializers of each kind of item, compiled once by Fastify from their schemas. */
 interface ItemSerializers {
@@ -27,16 +29,20 @@ interface ItemSerializers {
 /**
  * A page as JSON text: each item by the serializer of its own kind. The page's schema is a union of
  * the three, which a serializer resolves by validating each item against each kind (a Catalog with
- * 100,000 pins, several times over); the item's `type` already says which it is.
+ * 100,000 pins, several times over); the item's `type` already says which it is. A Catalog's pins are
+ * written as the JSON text they are stored as, in place of the empty list its object holds.
  */
 function pageText(answer: SyncAnswer, serializers: ItemSerializers): string {
-  const items = answer.data.map((item: SyncItem) =>
-    item.type === 'catalog'
-      ? serializers.catalog(item)
-      : item.type === 'resource'
-        ? serializers.resource(item)
-        : serializers.removed(item),
-  );
+  const items = answer.data.map((item: FeedItem) => {
+    if (item.type === 'resource') return serializers.resource(item);
+    if (item.type === 'removed') return serializers.removed(item);
+    const text = serializers.catalog({ type: item.type, catalog: item.catalog });
+    if (item.pinsJson === undefined) return text;
+    // Quotes inside strings are escaped: this is the property, and the only one of that name.
+    const at = text.indexOf(EMPTY_PINS);
+    if (at === -1) throw new Error('a Catalog serialized without its resourcePins');
+    return `${text.slice(0, at)}"resourcePins":${item.pinsJson}${text.slice(at + EMPTY_PINS.length)}`;
+  });
   const position =
     answer.nextPageToken !== undefined
       ? `"nextPageToken":${JSON.stringify(answer.nextPageToken)}`
@@ -53,10 +59,30 @@ function serializersOf(reply: FastifyReply): ItemSerializers {
 }
 
 /**
+ * Answers of empty pages by their position, made once: a follower that polls without `wait` asks
+ * again and again at the same position, and the answer's bytes and validator depend on nothing else.
+ */
+const EMPTY_KEPT = 10_000;
+
+/**
  * `GET /v3/playbook/sync` (D27): an initial sync, then what changed, with requests held until
- * something does. A held request whose client goes away is let go at once (`onRequestAbort`).
+ * something does. A held request whose client goes away is let go at once.
  */
 export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
+  const empties = new LRUCache<string, Answer>({ max: EMPTY_KEPT });
+  /** A page's answer; an empty one made once per position. */
+  const answerOf = (answer: SyncAnswer, reply: FastifyReply): Answer => {
+    const token = answer.nextSyncToken;
+    if (answer.data.length > 0 || token === undefined) {
+      return Answer.json(pageText(answer, serializersOf(reply)));
+    }
+    let empty = empties.get(token);
+    if (!empty) {
+      empty = Answer.json(pageText(answer, serializersOf(reply)));
+      empties.set(token, empty);
+    }
+    return empty;
+  };
   return async (app) => {
     app.route({
       method: 'GET',
@@ -79,23 +105,23 @@ export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
           ...problemResponses(400, 401, 403, 410, 429, 500, 503),
         },
       },
-      onRequestAbort: (request) => {
-        request.syncAbort?.abort();
-      },
-      handler: async (request, reply) => {
-        // Aborted when the client goes away while the request is held.
-        const abort = new AbortController();
-        request.syncAbort = abort;
-        const answer = await feed.read(principalOf(request), request.query, abort.signal);
-        return sendAnswer(request, reply, Answer.json(pageText(answer, serializersOf(reply))));
+      handler: (request, reply) => {
+        const principal = principalOf(request);
+        const answer = feed.readFromMemory(principal, request.query);
+        if (answer) return sendAnswer(request, reply, answerOf(answer, reply));
+        let signal: AbortSignal | undefined;
+        if ((request.query.wait ?? 0) > 0) {
+          // The answer's connection closing before the answer is sent: the client went away.
+          const gone = new AbortController();
+          reply.raw.once('close', () => {
+            if (!reply.raw.writableFinished) gone.abort();
+          });
+          signal = gone.signal;
+        }
+        return feed
+          .read(principal, request.query, signal)
+          .then((read) => sendAnswer(request, reply, answerOf(read, reply)));
       },
     });
   };
-}
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** Set while a sync request may be held: aborted when its client goes away. */
-    syncAbort?: AbortController;
-  }
 }

@@ -1,6 +1,6 @@
 import type { FollowedChanges } from '../changes/change-follower.js';
 import { CapacityError } from '../foundation/errors.js';
-import type { ChangeWaits } from './sync-feed.js';
+import type { ChangeWaits, WaitOutcome } from './sync-feed.js';
 
 /** What the held requests follow: this instance's follower of the change log (D26). */
 export interface FollowedLog {
@@ -16,6 +16,10 @@ export interface HeldRequestsOptions {
   readonly retryAfterSeconds?: number;
 }
 
+const DRAINED: WaitOutcome = { kind: 'drained' };
+const ABORTED: WaitOutcome = { kind: 'aborted' };
+const TIMED_OUT: WaitOutcome = { kind: 'timeout' };
+
 /** Namespaces whose last change is kept in memory. */
 const MAX_NAMESPACES = 100_000;
 
@@ -23,7 +27,7 @@ interface Waiter {
   readonly namespaces: readonly string[];
   /** Woken by a change after this position. */
   readonly after: number;
-  settle(outcome: 'changed' | 'timeout' | 'drained' | 'aborted'): void;
+  settle(outcome: WaitOutcome): void;
 }
 
 /**
@@ -71,20 +75,15 @@ export class HeldRequests implements ChangeWaits {
     return known.position;
   }
 
-  wait(
-    namespaces: readonly string[],
-    after: number,
-    ms: number,
-    signal?: AbortSignal,
-  ): Promise<'changed' | 'timeout' | 'drained' | 'aborted'> {
-    if (this.draining) return Promise.resolve('drained');
-    if (signal?.aborted) return Promise.resolve('aborted');
-    if (ms <= 0) return Promise.resolve('timeout');
+  wait(namespaces: readonly string[], after: number, ms: number, signal?: AbortSignal): Promise<WaitOutcome> {
+    if (this.draining) return Promise.resolve(DRAINED);
+    if (signal?.aborted) return Promise.resolve(ABORTED);
+    if (ms <= 0) return Promise.resolve(TIMED_OUT);
     // Something may have been told between the caller's read and now.
     const known = this.known();
-    if (!known || after < known.from) return Promise.resolve('changed');
+    if (!known || after < known.from) return Promise.resolve({ kind: 'changed', position: undefined });
     if (namespaces.some((namespace) => (this.lastChange.get(namespace) ?? 0) > after)) {
-      return Promise.resolve('changed');
+      return Promise.resolve({ kind: 'changed', position: known.position });
     }
     if (this.held >= this.options.maxHeld) {
       throw new CapacityError(
@@ -94,7 +93,7 @@ export class HeldRequests implements ChangeWaits {
     }
     return new Promise((resolve) => {
       let timer: NodeJS.Timeout | undefined;
-      const onAbort = () => waiter.settle('aborted');
+      const onAbort = () => waiter.settle(ABORTED);
       const waiter: Waiter = {
         namespaces,
         after,
@@ -117,7 +116,7 @@ export class HeldRequests implements ChangeWaits {
         }
         set.add(waiter);
       }
-      timer = setTimeout(() => waiter.settle('timeout'), ms);
+      timer = setTimeout(() => waiter.settle(TIMED_OUT), ms);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
@@ -125,7 +124,7 @@ export class HeldRequests implements ChangeWaits {
   /** Answers every held request now, and holds none from now on: the instance is stopping. */
   drain(): void {
     this.draining = true;
-    for (const waiter of this.allWaiters()) waiter.settle('drained');
+    for (const waiter of this.allWaiters()) waiter.settle(DRAINED);
   }
 
   close(): void {
@@ -148,7 +147,7 @@ export class HeldRequests implements ChangeWaits {
       this.knownFrom = followed.seq;
       this.position = followed.seq;
       this.lastChange.clear();
-      for (const waiter of this.allWaiters()) waiter.settle('changed');
+      for (const waiter of this.allWaiters()) waiter.settle({ kind: 'changed', position: undefined });
       return;
     }
     const first = followed.changes[0];
@@ -165,7 +164,8 @@ export class HeldRequests implements ChangeWaits {
     // Every caller's view holds the service's namespace, so a service change is in every set.
     for (const [namespace, seq] of touched) {
       for (const waiter of [...(this.byNamespace.get(namespace) ?? [])]) {
-        if (seq > waiter.after) waiter.settle('changed');
+        // The position told: every waiter woken by this change reads up to it, and alike ones share the read.
+        if (seq > waiter.after) waiter.settle({ kind: 'changed', position: followed.seq });
       }
     }
     if (this.lastChange.size > MAX_NAMESPACES) {

@@ -1,7 +1,7 @@
 import type { Principal } from '../auth/principal.js';
 import { viewNamespaces } from '../catalog/audience.js';
 import { toCatalog, toResourceListItem } from '../catalog/mappers.js';
-import type { VisibleCatalog } from '../catalog/read-repository.js';
+import type { CatalogListRow, VisibleCatalog } from '../catalog/read-repository.js';
 import {
   inVisibleCatalogs,
   placeOf,
@@ -20,14 +20,28 @@ import {
 } from '../changes/entity-changes.js';
 import type { Db } from '../db/tables.js';
 import { InputError, SyncTokenError } from '../foundation/errors.js';
-import { Metrics } from '../observability/metrics.js';
-import { DEFAULT_SYNC_PAGE_SIZE, type SyncItem, type SyncQuery } from '../schemas/sync.js';
+import { type CountedSeries, Metrics } from '../observability/metrics.js';
+import {
+  DEFAULT_SYNC_PAGE_SIZE,
+  type SyncCatalogItem,
+  type SyncItem,
+  type SyncQuery,
+} from '../schemas/sync.js';
 import type { InitialCursor, Position, SyncTokens, View } from './sync-tokens.js';
+
+/**
+ * An item of a page. A Catalog's pins are kept as the JSON text they are stored as (`pinsJson`, its
+ * `resourcePins` left empty): a Catalog of 100,000 Resources pins 20 MB of them, which would otherwise
+ * be parsed into objects only to be written out again as the same text.
+ */
+export type FeedItem =
+  | (SyncCatalogItem & { readonly pinsJson?: string })
+  | Exclude<SyncItem, SyncCatalogItem>;
 
 /** One page of the feed, and exactly one of the two positions to go on from. */
 export type SyncAnswer =
-  | { readonly data: SyncItem[]; readonly nextPageToken: string; readonly nextSyncToken?: undefined }
-  | { readonly data: SyncItem[]; readonly nextSyncToken: string; readonly nextPageToken?: undefined };
+  | { readonly data: FeedItem[]; readonly nextPageToken: string; readonly nextSyncToken?: undefined }
+  | { readonly data: FeedItem[]; readonly nextSyncToken: string; readonly nextPageToken?: undefined };
 
 /** What a page was, as the metrics count it. */
 export type PageKind = 'initial' | 'delta' | 'empty';
@@ -40,13 +54,16 @@ export interface ChangeWaits {
   /** The log position up to which nothing of `namespaces` changed after `after`, when that is known. */
   quietSince(after: number, namespaces: readonly string[]): number | undefined;
   /** Resolves when a change of `namespaces` after `after` is known, or at the end of `ms`, or at a drain. */
-  wait(
-    namespaces: readonly string[],
-    after: number,
-    ms: number,
-    signal?: AbortSignal,
-  ): Promise<'changed' | 'timeout' | 'drained' | 'aborted'>;
+  wait(namespaces: readonly string[], after: number, ms: number, signal?: AbortSignal): Promise<WaitOutcome>;
 }
+
+/**
+ * How a wait ended: a change, with the log's position it was told at (undefined when what changed is
+ * not known: the log is read again), the end of the wait, the instance stopping, or the client gone.
+ */
+export type WaitOutcome =
+  | { readonly kind: 'changed'; readonly position: number | undefined }
+  | { readonly kind: 'timeout' | 'drained' | 'aborted' };
 
 export interface SyncFeedOptions {
   /** How far back a position may be (`PLAYBOOK_SYNC_RETENTION_S`). */
@@ -85,7 +102,10 @@ const MAX_CATALOG_STEPS = 200;
 export class SyncFeed {
   private readonly retentionMs: number;
   private readonly now: () => number;
-  private readonly metrics: Metrics;
+  /** The pages of changes being read now, by view, stretch and size (`sharedDeltaPage`). */
+  private readonly reading = new Map<string, Promise<SyncAnswer>>();
+  /** The pages' series of the metrics (D25), bound once: an empty poll is as frequent as any read. */
+  private readonly pages: Record<PageKind, CountedSeries<'kind'>>;
 
   constructor(
     private readonly db: Db,
@@ -94,13 +114,43 @@ export class SyncFeed {
   ) {
     this.retentionMs = options.retentionS * 1000;
     this.now = options.now ?? Date.now;
-    this.metrics = options.metrics ?? new Metrics();
+    const metrics = options.metrics ?? new Metrics();
+    this.pages = {
+      initial: metrics.syncPages.bind({ kind: 'initial' }),
+      delta: metrics.syncPages.bind({ kind: 'delta' }),
+      empty: metrics.syncPages.bind({ kind: 'empty' }),
+    };
+  }
+
+  /**
+   * The answer to a poll at a position after which nothing of the caller's changed, when that is
+   * known in memory: without a promise or a query, as a read held in memory is answered (the most
+   * frequent request of a follower that polls). Undefined when the feed must be read (`read`).
+   */
+  readFromMemory(principal: Principal, query: SyncQuery): SyncAnswer | undefined {
+    const token = query.syncToken;
+    if (token === undefined || query.pageToken !== undefined || (query.wait ?? 0) > 0) return undefined;
+    const view: View = { accountId: principal.accountId, plan: principal.plan };
+    const position = this.opened(token, 'syncToken', view);
+    if (position.kind !== 'sync') return undefined;
+    const quiet = this.options.waits?.quietSince(position.seq, viewNamespaces(principal));
+    if (quiet === undefined) return undefined;
+    this.pages.empty.inc();
+    return this.emptyAt(view, token, position.seq, quiet);
+  }
+
+  /** An empty page at `quiet`: the token asked with when it names that position already. */
+  private emptyAt(view: View, token: string, seq: number, quiet: number): SyncAnswer {
+    return {
+      data: [],
+      nextSyncToken: quiet <= seq ? token : this.tokens.seal({ kind: 'sync', view, seq: quiet }),
+    };
   }
 
   /** One page of the feed for `principal`; `signal` ends a held request early (its client went away). */
   async read(principal: Principal, query: SyncQuery, signal?: AbortSignal): Promise<SyncAnswer> {
     const { answer, kind } = await this.page(principal, query, signal);
-    this.metrics.syncPages.inc({ kind });
+    this.pages[kind].inc();
     return answer;
   }
 
@@ -203,10 +253,7 @@ export class SyncFeed {
   ): Promise<SyncAnswer> {
     const view: View = { accountId: principal.accountId, plan: principal.plan };
     const namespaces = viewNamespaces(principal);
-    const emptyAt = (position: number): SyncAnswer => ({
-      data: [],
-      nextSyncToken: position <= seq ? token : this.tokens.seal({ kind: 'sync', view, seq: position }),
-    });
+    const emptyAt = (position: number): SyncAnswer => this.emptyAt(view, token, seq, position);
     let quiet = this.options.waits?.quietSince(seq, namespaces);
     if (quiet === undefined) {
       const head = await readHead(this.db);
@@ -225,15 +272,33 @@ export class SyncFeed {
     const deadline = this.now() + waitS * 1000;
     for (;;) {
       const outcome = await waits.wait(namespaces, quiet, deadline - this.now(), signal);
-      if (outcome !== 'changed') return emptyAt(quiet);
-      const head = await readHead(this.db);
+      if (outcome.kind !== 'changed') return emptyAt(quiet);
+      const head = outcome.position ?? (await readHead(this.db));
       if (head > quiet) {
-        const answer = await this.deltaPage(principal, { from: quiet, upto: head }, quiet, undefined, size);
+        // Requests held at one position of one view, woken by one change, read it once together.
+        const answer = await this.sharedDeltaPage(principal, { from: quiet, upto: head }, size);
         if (answer.data.length > 0 || answer.nextPageToken !== undefined) return answer;
         quiet = head;
       }
       if (this.now() >= deadline) return emptyAt(quiet);
     }
+  }
+
+  /**
+   * The first page of the changes in `stretch` for `principal`'s view, read once for every request
+   * that asks for the same one while it is being read (a thousand followers of one account, woken by
+   * one change). The answer depends on the view, the stretch and the size alone.
+   */
+  private sharedDeltaPage(principal: Principal, stretch: Stretch, size: number): Promise<SyncAnswer> {
+    const key = JSON.stringify([principal.accountId, principal.plan, stretch.from, stretch.upto, size]);
+    let pending = this.reading.get(key);
+    if (!pending) {
+      pending = this.deltaPage(principal, stretch, stretch.from, undefined, size).finally(() =>
+        this.reading.delete(key),
+      );
+      this.reading.set(key, pending);
+    }
+    return pending;
   }
 
   /** A page of an initial sync that began at the log's `seq`, from `cursor`. */
@@ -244,7 +309,7 @@ export class SyncFeed {
     size: number,
   ): Promise<SyncAnswer> {
     const view: View = { accountId: principal.accountId, plan: principal.plan };
-    const items: SyncItem[] = [];
+    const items: FeedItem[] = [];
     const more = (cursor: InitialCursor): SyncAnswer => ({
       data: items,
       nextPageToken: this.tokens.seal({ kind: 'initial', view, seq, cursor }),
@@ -277,7 +342,7 @@ export class SyncFeed {
       );
       for (const head of chosen) {
         const row = rows.get(head.id);
-        if (row) items.push({ type: 'catalog', catalog: toCatalog(row.catalog, row.currentVersion) });
+        if (row) items.push(catalogItem(row));
       }
       const last = chosen.at(-1);
       if (last && chosen.length < heads.length) return more({ phase: 'catalogs', after: placeOf(last) });
@@ -322,7 +387,7 @@ export class SyncFeed {
   ): Promise<SyncAnswer> {
     const view: View = { accountId: principal.accountId, plan: principal.plan };
     const namespaces = viewNamespaces(principal);
-    const items: SyncItem[] = [];
+    const items: FeedItem[] = [];
     let after = start;
     let expansion = startExpansion;
     const more = (): SyncAnswer => ({
@@ -392,7 +457,7 @@ export class SyncFeed {
             items.push({ type: 'removed', entity: 'catalog', id: entity.id });
             continue;
           }
-          items.push({ type: 'catalog', catalog: toCatalog(row.catalog, row.currentVersion) });
+          items.push(catalogItem(row));
           if (entity.namespace === SERVICE_NAMESPACE && updated.has(entity.id)) {
             // Its Resources may have come into view with it: sent next, before the rest of the batch.
             expansion = { catalogId: entity.id, afterSlug: '' };
@@ -407,6 +472,17 @@ export class SyncFeed {
       }
     }
   }
+}
+
+/** A Catalog as an item, its pins left as the text they are stored as. */
+function catalogItem(row: CatalogListRow): FeedItem {
+  const version = row.currentVersion;
+  if (!version) return { type: 'catalog', catalog: toCatalog(row.catalog, undefined) };
+  return {
+    type: 'catalog',
+    catalog: toCatalog(row.catalog, { ...version, pins: '[]' }),
+    pinsJson: version.pins,
+  };
 }
 
 function describeSeconds(seconds: number): string {

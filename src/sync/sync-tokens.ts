@@ -1,4 +1,5 @@
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync } from 'node:crypto';
+import { LRUCache } from 'lru-cache';
 import type { CatalogPlace } from '../catalog/sync-reads.js';
 import type { DeploymentKeys, DeploymentKeyVersion } from '../foundation/deployment-key.js';
 import { SyncTokenError } from '../foundation/errors.js';
@@ -57,8 +58,15 @@ interface Sealing {
   readonly nonceKey: Buffer;
 }
 
+/**
+ * Tokens opened lately, by their text: a follower asks again and again with the token it holds, and a
+ * token that opened once opens the same way (it is sealed, and its key is held for the process's life).
+ */
+const OPENED_KEPT = 10_000;
+
 export class SyncTokens {
   private readonly sealings = new Map<string, Sealing>();
+  private readonly opened = new LRUCache<string, Position>({ max: OPENED_KEPT });
 
   constructor(private readonly keys: DeploymentKeys) {}
 
@@ -84,6 +92,21 @@ export class SyncTokens {
         'invalid_sync_token',
         parameter,
       );
+    const position = this.opened.get(token) ?? this.unseal(token, invalid);
+    const expected = parameter === 'syncToken' ? 'sync' : 'page';
+    if ((position.kind === 'sync' ? 'sync' : 'page') !== expected) {
+      throw invalid(
+        parameter === 'syncToken'
+          ? 'is a nextPageToken: send it as pageToken'
+          : 'is a nextSyncToken: send it as syncToken',
+      );
+    }
+    this.opened.set(token, position);
+    return position;
+  }
+
+  /** The position sealed in `token`, checked for its key, its tag and its form. */
+  private unseal(token: string, invalid: (why: string) => SyncTokenError): Position {
     const bytes = Buffer.from(token, 'base64url');
     if (bytes.length < HEADER_BYTES + NONCE_BYTES + TAG_BYTES + 2 || bytes[0] !== VERSION) {
       throw invalid('is not a sync position of this service');
@@ -108,16 +131,13 @@ export class SyncTokens {
     } catch {
       throw invalid('was not made by this service, or has been altered');
     }
-    const position = decode(JSON.parse(plaintext.toString('utf8')) as unknown);
-    if (!position) throw invalid('is not a sync position of this service');
-    const expected = parameter === 'syncToken' ? 'sync' : 'page';
-    if ((position.kind === 'sync' ? 'sync' : 'page') !== expected) {
-      throw invalid(
-        parameter === 'syncToken'
-          ? 'is a nextPageToken: send it as pageToken'
-          : 'is a nextSyncToken: send it as syncToken',
-      );
+    let position: Position | undefined;
+    try {
+      position = decode(JSON.parse(plaintext.toString('utf8')) as unknown);
+    } catch {
+      position = undefined;
     }
+    if (!position) throw invalid('is not a sync position of this service');
     return position;
   }
 

@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setAccount } from '../../src/accounts/accounts.js';
 import { readHead } from '../../src/changes/change-log.js';
+import { startMetricsServer } from '../../src/observability/metrics.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
@@ -383,10 +384,12 @@ describe('the sync feed (D27)', () => {
   });
 
   it('counts the pages it serves by kind: initial, delta, empty', async () => {
+    // Counted once the metrics listener is open, as in a deployment.
+    const listener = await startMetricsServer(identity.metrics, { port: 0, host: '127.0.0.1' });
     const count = async (kind: string) =>
       Number(
         new RegExp(`^playbook_sync_pages_total\\{kind="${kind}"\\} (\\d+)$`, 'm').exec(
-          await identity.metrics.registry.metrics(),
+          await (await fetch(`${listener.address}/metrics`)).text(),
         )?.[1] ?? 0,
       );
     const before = {
@@ -401,6 +404,7 @@ describe('the sync feed (D27)', () => {
     expect(await count('initial')).toBe(before.initial + synced.pages.length);
     expect(await count('empty')).toBe(before.empty + 1);
     expect(await count('delta')).toBe(before.delta + 1);
+    await listener.close();
   });
 
   describe('positions are bound to the view they were made for', () => {
