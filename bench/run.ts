@@ -14,6 +14,12 @@
  * ratio is the median of the rounds' ratios.
  * BENCH_DURATION_S (default 4) sets the length of each run, BENCH_ROUNDS (5) their number and
  * BENCH_RESOURCES (1000) the size of the catalog.
+ *
+ * Then what the sync feed costs (sync.ts, D27): 1,000 held requests on one instance, and an initial sync
+ * of 100,000 Resources.
+ *
+ * BENCH_CASES runs some cases only: comma-separated parts of their names, any case that holds one of
+ * them (`BENCH_CASES='sync'` runs the empty sync poll, the held requests and the initial sync).
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -39,12 +45,38 @@ import {
   writeTree,
   wrk,
 } from './support.js';
+import { benchHeldRequests, benchInitialSync, currentPosition } from './sync.js';
 
 const RESOURCES = Number(process.env.BENCH_RESOURCES ?? 1000);
 const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const WARMUP_S = 3;
 const CONNECTIONS = 50;
+/** What BENCH_CASES asks for: parts of case names; every case when unset. */
+const CASES = process.env.BENCH_CASES?.split(',')
+  .map((name) => name.trim().toLowerCase())
+  .filter((name) => name !== '');
+
+/** Whether the case named `name` runs. */
+function selected(name: string): boolean {
+  return CASES === undefined || CASES.some((part) => name.toLowerCase().includes(part));
+}
+
+/** The names of the cases beside the floor's (run.ts's table), as BENCH_CASES selects them. */
+const HELD_CASE = 'held sync requests';
+const INITIAL_SYNC_CASE = 'initial sync of 100,000 resources';
+const PUBLISH_CASE = 'publish of 100,000 resources';
+/** The cases of the table against the floor, by name. */
+const FLOOR_CASES = [
+  'resource detail',
+  'page of 25 resources',
+  'version detail',
+  '304 revalidation of the detail',
+  'page of 25, compressed',
+  'empty sync poll',
+  'detail, another account writing',
+  'detail, metrics on vs off',
+];
 
 interface Scenario {
   readonly name: string;
@@ -129,6 +161,30 @@ function row(cells: readonly string[], widths: readonly number[]): string {
 }
 
 async function main(): Promise<number> {
+  const { LOG_LEVEL: _shipped, ...environment } = process.env;
+  let failures = 0;
+  failures += await againstTheFloor();
+  if (selected(HELD_CASE)) {
+    console.log(`${HELD_CASE}:`);
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-bench-held-'));
+    try {
+      failures += await benchHeldRequests({ ...environment, PLAYBOOK_RATE_LIMIT_MAX: '1000000000' }, dataDir);
+    } finally {
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
+  }
+  if (selected(INITIAL_SYNC_CASE)) {
+    console.log(`${INITIAL_SYNC_CASE}:`);
+    failures += await benchInitialSync({ ...environment, PLAYBOOK_RATE_LIMIT_MAX: '1000000000' });
+  }
+  if (selected(PUBLISH_CASE)) failures += await benchPublish(environment);
+  console.log(failures === 0 ? 'all targets met' : `${failures} target(s) missed`);
+  return failures === 0 ? 0 : 1;
+}
+
+/** The reads against the floor: the table. */
+async function againstTheFloor(): Promise<number> {
+  if (!FLOOR_CASES.some(selected)) return 0;
   requireWrk();
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-bench-'));
   const { LOG_LEVEL: _shipsWithDefault, ...inherited } = process.env;
@@ -254,6 +310,16 @@ async function main(): Promise<number> {
       }),
     });
     if (catalogMade.status !== 201) throw new Error(`the writers' catalog answered ${catalogMade.status}`);
+    // D27: a follower asking at its current position, without wait: nothing changed, answered from
+    // memory. Taken once the other account's catalog is written, so that the position is the log's head.
+    const syncToken = await currentPosition(service, headers);
+    scenarios.splice(5, 0, {
+      name: 'empty sync poll',
+      path: `/v3/playbook/sync?syncToken=${syncToken}`,
+      headers: {},
+      expectStatus: 200,
+      minRatio: 0.5,
+    });
     let publishes = { written: 0, failed: 0 };
     const captured: Captured[] = [];
     for (const scenario of scenarios) captured.push(await capture(service, key, scenario));
@@ -285,6 +351,7 @@ async function main(): Promise<number> {
       row(['request', 'req/s', 'p50 ms', 'p99 ms', 'floor', 'p50 ms', 'p99 ms', 'ratio', 'verdict'], widths),
     );
     for (const [index, scenario] of scenarios.entries()) {
+      if (!selected(scenario.name)) continue;
       const url = `${service}${scenario.path}`;
       const load = { connections: CONNECTIONS, headers: { ...headers, ...scenario.headers } };
       const [floorUrl, floorLoad] = scenario.versusMetricsOff
@@ -375,9 +442,7 @@ async function main(): Promise<number> {
     if (floorProcess) await stop(floorProcess);
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
-  failures += await benchPublish(inherited);
-  console.log(failures === 0 ? 'all targets met' : `${failures} target(s) missed`);
-  return failures === 0 ? 0 : 1;
+  return failures;
 }
 
 /** Another account's CI job (publisher.ts), run while the service is loaded, on the load generator's core. */
