@@ -70,18 +70,17 @@ const EMPTY_KEPT = 10_000;
  */
 export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
   const empties = new LRUCache<string, Answer>({ max: EMPTY_KEPT });
-  /** A page's answer; an empty one made once per position. */
+  /** Answers made for pages that several requests share (those woken by one change read one page). */
+  const made = new WeakMap<SyncAnswer, Answer>();
+  /** A page's answer, made once per page, and an empty one once per position. */
   const answerOf = (answer: SyncAnswer, reply: FastifyReply): Answer => {
     const token = answer.nextSyncToken;
-    if (answer.data.length > 0 || token === undefined) {
-      return Answer.json(pageText(answer, serializersOf(reply)));
-    }
-    let empty = empties.get(token);
-    if (!empty) {
-      empty = Answer.json(pageText(answer, serializersOf(reply)));
-      empties.set(token, empty);
-    }
-    return empty;
+    const kept = answer.data.length > 0 || token === undefined ? made.get(answer) : empties.get(token);
+    if (kept) return kept;
+    const fresh = Answer.json(pageText(answer, serializersOf(reply)));
+    if (answer.data.length > 0 || token === undefined) made.set(answer, fresh);
+    else empties.set(token, fresh);
+    return fresh;
   };
   return async (app) => {
     app.route({
