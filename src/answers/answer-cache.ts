@@ -169,7 +169,7 @@ export class AnswerCache {
 
   /**
    * What the change follower learned: the namespaces of changes that decide answers (Catalogs,
-   * Resources, an account's plan) are dropped; key events decide none. When the follower could not
+   * Resources, an account's plan) are dropped; key and webhook endpoint events decide none. When the follower could not
    * say what changed, everything is.
    */
   follow(followed: FollowedChanges): void {
@@ -179,7 +179,9 @@ export class AnswerCache {
     }
     const touched = new Set<string>();
     for (const change of followed.changes) {
-      if (!change.type.startsWith('api_key.')) touched.add(change.namespace);
+      if (!change.type.startsWith('api_key.') && !change.type.startsWith('webhook_endpoint.')) {
+        touched.add(change.namespace);
+      }
     }
     this.drop(touched);
   }

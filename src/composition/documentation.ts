@@ -6,6 +6,7 @@ import { redactCredentials } from '../foundation/redact-url.js';
 import { openapiOptions, type SecuritySetup } from '../http/openapi.js';
 import { Problem } from '../schemas/common.js';
 import { playbookSchemas } from '../schemas/playbook.js';
+import { webhookSchemas } from '../schemas/webhooks.js';
 
 function withoutUpgradeInsecureRequests(policy: string): string {
   return policy
@@ -20,9 +21,14 @@ function withoutUpgradeInsecureRequests(policy: string): string {
  * the shared schemas, the OpenAPI document at `/v3/openapi.json`, the pages at `/docs`, and `/`. Its
  * security schemes are those this deployment takes.
  */
-async function describe(app: FastifyInstance, security: SecuritySetup): Promise<void> {
+async function describe(
+  app: FastifyInstance,
+  security: SecuritySetup & { readonly webhooks?: boolean },
+): Promise<void> {
   app.addSchema(Problem);
   for (const schema of playbookSchemas) app.addSchema(schema);
+  // An app without webhook endpoints describes none, nor the events they would receive.
+  if (security.webhooks) for (const schema of webhookSchemas) app.addSchema(schema);
 
   await app.register(swagger, openapiOptions(security));
   await app.register(swaggerUi, {

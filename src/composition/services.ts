@@ -16,10 +16,13 @@ import { DatabaseContentStore } from '../content/database-store.js';
 import { observedStore } from '../content/observed-store.js';
 import type { Databases } from '../db/create-db.js';
 import type { Config } from '../foundation/config.js';
+import { type DeploymentKeys, loadDeploymentKeys } from '../foundation/deployment-key.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Observation } from '../observability/observation.js';
 import { PublishService } from '../publish/publish-service.js';
 import type { ReadinessCheck } from '../routes/operations.js';
+import { WebhookDispatcher } from '../webhooks/dispatcher.js';
+import { WebhookEndpoints } from '../webhooks/webhook-endpoints.js';
 import { createStorage, type Dependencies, type StorageOptions } from './storage.js';
 
 /** The long-lived parts every command shares, built once from the configuration. */
@@ -55,6 +58,15 @@ export interface Services {
   readonly identity: Identity;
   /** D23: the audit list, read from the change log. */
   readonly audit: AuditLog;
+  /**
+   * The deployment's keys (D27, D28), loaded once, on first use: the configured ones, or on SQLite the
+   * data directory's key file. Rejects (a `ConfigError`) on PostgreSQL without a configured key.
+   */
+  deploymentKeys(): Promise<DeploymentKeys>;
+  /** D28: an account's webhook endpoints. */
+  readonly webhooks: WebhookEndpoints;
+  /** D28: makes the deliveries that changes made due; `serve` starts it, `close` stops it. */
+  readonly webhookDispatcher: WebhookDispatcher;
   /** Lines printed when the server starts: how a newcomer gets a token and a key. */
   gettingStarted(address: string): string[];
   close(): Promise<void>;
@@ -69,7 +81,13 @@ export interface ServicesOptions {
   readonly beforeCommit?: StorageOptions['beforeCommit'];
   /** The metrics to record into and the tracing to use (the server's); metrics of its own by default. */
   readonly observation?: Observation;
+  /** Name resolution of webhook endpoints' hosts (tests give names their own answers). */
+  readonly resolveWebhookHosts?: WebhookDispatcherResolve;
+  /** How often the webhook dispatcher looks for deliveries that fell due with time. */
+  readonly webhookPollMs?: number;
 }
+
+type WebhookDispatcherResolve = NonNullable<ConstructorParameters<typeof WebhookDispatcher>[0]['resolve']>;
 
 /**
  * Composes databases, content stores and services. Opens database connections lazily and Redis's (when
@@ -142,6 +160,38 @@ export function createServices(
     ...(redis ? { revocations: redis.revocations, rateCounter: redis.rateCounter } : {}),
   });
   follower.onChange((followed) => identity.verifier.follow(followed));
+  let keys: Promise<DeploymentKeys> | undefined;
+  const deploymentKeys = () => {
+    keys ??= loadDeploymentKeys({
+      dataDir: config.dataDir,
+      databaseKind: config.database.kind,
+      ...(config.deploymentKeys === undefined ? {} : { keys: config.deploymentKeys }),
+    });
+    return keys;
+  };
+  // D28: deliveries are looked for when a change commits anywhere, as the follower learns of it.
+  const webhooks = new WebhookEndpoints(databases.primary, {
+    writes,
+    keys: deploymentKeys,
+    urls: config.webhooks,
+    ...(options.identity?.now ? { now: options.identity.now } : {}),
+    onDue: () => webhookDispatcher.wake(),
+  });
+  const webhookDispatcher = new WebhookDispatcher({
+    db: databases.primary,
+    // SQLite's reader is never held by a write: looking for what is due does not wait for one.
+    ...(databases.dialect === 'sqlite' ? { probe: databases.reader } : {}),
+    keys: deploymentKeys,
+    endpoints: webhooks,
+    config: config.webhooks,
+    metrics,
+    tracing: observation.tracing,
+    logger,
+    ...(options.identity?.now ? { now: options.identity.now } : {}),
+    ...(options.resolveWebhookHosts ? { resolve: options.resolveWebhookHosts } : {}),
+    ...(options.webhookPollMs === undefined ? {} : { pollMs: options.webhookPollMs }),
+  });
+  follower.onChange(() => webhookDispatcher.wake());
   const publish = new PublishService(
     { db: databases.primary, objectStore, writes, metrics },
     { maxContentBytes: config.maxContentBytes },
@@ -166,8 +216,12 @@ export function createServices(
     rateLimits: identity.rateLimits,
     identity,
     audit,
+    deploymentKeys,
+    webhooks,
+    webhookDispatcher,
     gettingStarted: (address) => identity.gettingStarted(address),
     close: async () => {
+      await webhookDispatcher.stop();
       unobserve();
       unwatchDatabase();
       trust.close();

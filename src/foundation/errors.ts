@@ -45,13 +45,14 @@ export class LimitError extends Error {
 
 /**
  * A valid request that the current state of what it names forbids (D22: rolling a revoked key; D15: a
- * version label over other content), with the fields at fault when there are some.
+ * version label over other content; D28: sending to a disabled webhook endpoint), with the fields at
+ * fault when there are some.
  */
 export class ConflictError extends Error {
   override name = 'ConflictError';
   constructor(
     message: string,
-    readonly reason: Extract<ProblemCode, 'key_inactive' | 'version_label_taken'>,
+    readonly reason: Extract<ProblemCode, 'key_inactive' | 'version_label_taken' | 'endpoint_disabled'>,
     readonly problems: readonly InputProblem[] = [],
   ) {
     super(message);

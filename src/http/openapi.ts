@@ -33,7 +33,7 @@ const STATUS_DESCRIPTIONS: Record<string, string> = {
   '403': 'The credential lacks the scope, account or plan the operation needs',
   '404': 'Not found, or not visible to the caller: the two are answered alike',
   '409':
-    'The state of what the request names forbids it: `key_inactive`, a revoked or expired key cannot be rolled',
+    'The state of what the request names forbids it: `key_inactive`, a revoked or expired key cannot be rolled; `endpoint_disabled`, a disabled webhook endpoint is sent nothing',
   '429': 'Too many requests for this credential, or too many failed authentications from this address',
   '500': 'The service could not complete the request; the request id finds it in the logs',
   '501': 'This deployment is not set up for the operation: leak reports need PLAYBOOK_LEAK_REPORT_KEYS_URL',
@@ -109,6 +109,11 @@ const TAGS = [
     name: 'identity',
     description:
       'Creating, listing, revoking and rolling API keys with a user access token, and reports of leaked keys',
+  },
+  {
+    name: 'webhooks',
+    description:
+      "An account's webhook endpoints, managed with a user access token: changes POSTed as they commit, signed per the Standard Webhooks specification (D28)",
   },
 ];
 
@@ -189,9 +194,57 @@ export function openapiOptions(security: SecuritySetup): SwaggerOptions {
   return options as SwaggerOptions;
 }
 
+/** The request a webhook endpoint receives (D28), as OpenAPI 3.1 describes what an API calls. */
+const WEBHOOK_HEADERS: [name: string, description: string, schema: Json][] = [
+  [
+    'webhook-id',
+    'The event id: the same on every attempt of a delivery, so that a receiver drops what it has seen',
+    { type: 'string', maxLength: 36, pattern: '^[0-9a-f-]{36}$' },
+  ],
+  [
+    'webhook-timestamp',
+    'When the attempt was made, in seconds since the epoch: refuse one far from your clock (5 minutes)',
+    { type: 'string', maxLength: 12, pattern: '^[0-9]{1,12}$' },
+  ],
+  [
+    'webhook-signature',
+    'v1, and the base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>" under the key bytes of the endpoint secret (base64 after whsec_); several signatures are separated by spaces',
+    { type: 'string', maxLength: 1000, pattern: '^v1,[A-Za-z0-9+/=]+( v1,[A-Za-z0-9+/=]+)*$' },
+  ],
+];
+
+function webhookOperation(): Json {
+  return {
+    operationId: 'receiveWebhookEvent',
+    summary:
+      'An event POSTed to a webhook endpoint: a change of the account, or of the service Catalogs and Resources',
+    description:
+      'Signed as the Standard Webhooks specification says. Answer with any 2xx within 10 seconds; anything else (a redirect too) is tried again after about 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and 10 h, then given up.',
+    tags: ['webhooks'],
+    security: [],
+    parameters: WEBHOOK_HEADERS.map(([name, description, schema]) => ({
+      name,
+      in: 'header',
+      required: true,
+      description,
+      schema,
+    })),
+    requestBody: {
+      required: true,
+      content: { 'application/json': { schema: { $ref: '#/components/schemas/WebhookEvent' } } },
+    },
+    responses: {
+      '200': { description: 'Received (any 2xx): the delivery is done' },
+      '400': { description: 'Refused (the signature did not verify, say): tried again later' },
+    },
+  };
+}
+
 /** Completes the document `@fastify/swagger` built from the routes. */
 export function completeDocument(document: Json): Json {
   document.components = { ...(document.components as Json | undefined), headers: HEADERS };
+  const schemas = (document.components as { schemas?: Json }).schemas;
+  if (schemas?.WebhookEvent !== undefined) document.webhooks = { change: { post: webhookOperation() } };
   const paths = (document.paths ?? {}) as Record<string, Record<string, Operation>>;
   for (const item of Object.values(paths)) {
     if (item.head && item.get) {

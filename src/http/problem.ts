@@ -40,6 +40,7 @@ const TITLES: Record<ProblemCode, string> = {
   not_found: 'Not found',
   method_not_allowed: 'Method not allowed',
   key_inactive: 'Key not active',
+  endpoint_disabled: 'Webhook endpoint disabled',
   version_label_taken: 'Version label taken',
   precondition_failed: 'Precondition failed',
   request_timeout: 'Request timeout',

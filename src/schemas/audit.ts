@@ -5,6 +5,9 @@ import { AccountId } from './identity.js';
 /**
  * What a change of the log did (docs/design.md, "The change log"); the audit list names each event by
  * it. `catalog.updated` and `resource.updated` are changes of fields alone (a name, a status, facets).
+ * `webhook_endpoint.*` are an account's webhook endpoints (D28): created, updated (its URL, types,
+ * description, or enabled again), disabled (by a user, or by the service after five days of failures)
+ * and deleted.
  */
 export const CHANGE_TYPES = [
   'catalog.created',
@@ -21,9 +24,13 @@ export const CHANGE_TYPES = [
   'api_key.leak_revoked',
   'account.created',
   'account.plan_changed',
+  'webhook_endpoint.created',
+  'webhook_endpoint.updated',
+  'webhook_endpoint.disabled',
+  'webhook_endpoint.deleted',
 ] as const;
 
-export const AUDIT_ACTOR_TYPES = ['api-key', 'user', 'operator', 'leak-report'] as const;
+export const AUDIT_ACTOR_TYPES = ['api-key', 'user', 'operator', 'leak-report', 'service'] as const;
 
 export const AuditEvent = Type.Object({
   id: Uuid,
@@ -32,7 +39,7 @@ export const AuditEvent = Type.Object({
   actor: Type.Object({
     type: StringEnum(AUDIT_ACTOR_TYPES, {
       description:
-        'api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report',
+        'api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report; service for what the service does by itself (a webhook endpoint disabled after failing for five days)',
     }),
     id: Type.Optional(
       Type.String({ maxLength: 2048, description: 'the key id, the user (token subject), or the leak URL' }),

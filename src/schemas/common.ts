@@ -143,6 +143,7 @@ export const ProblemCode = StringEnum([
   'not_found',
   'method_not_allowed',
   'key_inactive',
+  'endpoint_disabled',
   'version_label_taken',
   'precondition_failed',
   'request_timeout',
