@@ -18,6 +18,7 @@ import { registerMigrateCommand } from './migrate.js';
 import { registerPublishCommand } from './publish.js';
 import { registerServeCommand } from './serve.js';
 import { registerTokenCommand } from './token.js';
+import { registerWebhooksCommand } from './webhooks.js';
 
 /** Exit codes of D14. */
 const EXIT_FAILURE = 1;
@@ -155,6 +156,7 @@ export function buildProgram(context: CliContext): Command {
     registerPublishCommand,
     registerAuditCommand,
     registerGetCommand,
+    registerWebhooksCommand,
   ]) {
     register(program, context);
   }

@@ -23,7 +23,14 @@ describe('@playbook/client in this repository (D24)', () => {
 
   it('is importable by name, as a dependent project imports it', async () => {
     const client = await import('@playbook/client');
-    expect(Object.keys(client).sort()).toEqual(['MemoryCache', 'Playbook', 'PlaybookError', 'parseApiKey']);
+    expect(Object.keys(client).sort()).toEqual([
+      'MemoryCache',
+      'Playbook',
+      'PlaybookError',
+      'WebhookVerificationError',
+      'parseApiKey',
+      'verifyWebhook',
+    ]);
     expect(client.parseApiKey('not a key')).toBeNull();
   });
 

@@ -158,7 +158,17 @@ describe('@playbook/client packed and installed outside the repository (D29)', (
   });
 
   it('packs an ESM and a CommonJS build with their declarations, its README and package.json, and nothing else', async () => {
-    const modules = ['api-key', 'client', 'errors', 'index', 'openapi', 'transport'];
+    const modules = [
+      'api-key',
+      'client',
+      'errors',
+      'index',
+      'openapi',
+      'pages',
+      'transport',
+      'webhook-endpoints',
+      'webhooks',
+    ];
     const expected = [
       'README.md',
       'dist/cjs/package.json',
@@ -253,7 +263,14 @@ describe('@playbook/client packed and installed outside the repository (D29)', (
           path.join(project, 'node_modules/@playbook/client', build),
         );
         expect(seen).toMatchObject({
-          exports: ['MemoryCache', 'Playbook', 'PlaybookError', 'parseApiKey'],
+          exports: [
+            'MemoryCache',
+            'Playbook',
+            'PlaybookError',
+            'WebhookVerificationError',
+            'parseApiKey',
+            'verifyWebhook',
+          ],
           otherBuild: moduleSystem === 'esm' ? true : null,
           catalog: 'svc/handbook',
           content: '# Intro\n',
