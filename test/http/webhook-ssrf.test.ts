@@ -288,5 +288,10 @@ describe('deliveries with the private-address guard on (D28)', () => {
     );
     const count = Number(/outcome="failed",reason="address"\} (\d+)/.exec(refusals)?.[1]);
     expect(count).toBeGreaterThanOrEqual(ids.length);
+    // Each waits five minutes for its next attempt: the oldest delivery not yet made is counted.
+    const backlog = await guarded.services.metrics.registry.getSingleMetricAsString(
+      'playbook_webhook_oldest_pending_seconds',
+    );
+    expect(Number(/^playbook_webhook_oldest_pending_seconds (\S+)$/m.exec(backlog)?.[1])).toBeGreaterThan(0);
   });
 });
