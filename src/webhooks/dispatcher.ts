@@ -13,13 +13,14 @@ import type { Metrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/tracing.js';
 import type { WebhookEvent } from '../schemas/webhooks.js';
 import {
+  type AttemptRecord,
   anythingDue,
   type ClaimedDelivery,
   claimDue,
   dropDelivery,
   oldestPendingAgeSeconds,
   pruneFinished,
-  recordAttempt,
+  recordAttempts,
 } from './outbox.js';
 import { openSecret, sealSecret, signDelivery, signingKeyOf } from './signing-secret.js';
 import type { WebhookEndpoints } from './webhook-endpoints.js';
@@ -38,7 +39,10 @@ import { type AttemptResult, postWebhook } from './webhook-request.js';
 export interface WebhookDispatcherOptions {
   /** Where deliveries are claimed and attempts recorded: the primary. */
   readonly db: Db;
-  /** Where the dispatcher asks whether anything is due (SQLite's reader, never held by a write). */
+  /**
+   * Where the dispatcher reads what it needs (whether anything is due, the endpoints, the changes):
+   * SQLite's reader, never held by a write; the primary on PostgreSQL.
+   */
   readonly probe?: Db;
   readonly keys: () => Promise<DeploymentKeys>;
   readonly endpoints: WebhookEndpoints;
@@ -105,6 +109,13 @@ export class WebhookDispatcher {
   private stopped = true;
   private failing = false;
   private unobserve: (() => void) | undefined;
+  /** Attempts finished and not yet written, and the writing of those before them. */
+  private readonly unrecorded: {
+    record: AttemptRecord & { readonly token: string };
+    resolve: (kept: boolean) => void;
+    reject: (error: unknown) => void;
+  }[] = [];
+  private recording: Promise<void> | undefined;
 
   constructor(private readonly options: WebhookDispatcherOptions) {
     this.now = options.now ?? Date.now;
@@ -222,7 +233,7 @@ export class WebhookDispatcher {
 
   private async endpointsOf(claimed: readonly ClaimedDelivery[]): Promise<Map<string, EndpointOfDelivery>> {
     const ids = [...new Set(claimed.map((delivery) => delivery.endpoint_id))];
-    const rows = await this.options.db
+    const rows = await this.probe
       .selectFrom('webhook_endpoints')
       .select(['id', 'account_id', 'url', 'status', 'secret_sealed', 'secret_key_id', 'failing_since'])
       .where('id', 'in', ids)
@@ -235,7 +246,7 @@ export class WebhookDispatcher {
       delivery.change_seq === null ? [] : [Number(delivery.change_seq)],
     );
     if (seqs.length === 0) return new Map();
-    const rows = await this.options.db.selectFrom('changes').selectAll().where('seq', 'in', seqs).execute();
+    const rows = await this.probe.selectFrom('changes').selectAll().where('seq', 'in', seqs).execute();
     return new Map(rows.map((row) => [Number(row.seq), toChange(row)]));
   }
 
@@ -249,7 +260,7 @@ export class WebhookDispatcher {
     const resourceIds = service.filter((c) => c.target.kind === 'resource').map((c) => c.target.id);
     const visible = new Set<string>();
     if (catalogIds.length > 0) {
-      const rows = await this.options.db
+      const rows = await this.probe
         .selectFrom('catalogs')
         .select('id')
         .where('id', 'in', catalogIds)
@@ -258,7 +269,7 @@ export class WebhookDispatcher {
       for (const row of rows) visible.add(row.id);
     }
     if (resourceIds.length > 0) {
-      const rows = await this.options.db
+      const rows = await this.probe
         .selectFrom('resources as r')
         .innerJoin('catalogs as c', 'c.id', 'r.catalog_id')
         .select('r.id')
@@ -303,24 +314,51 @@ export class WebhookDispatcher {
     const schedule = this.options.config.retryScheduleMs;
     const delay = result.ok ? undefined : schedule[attempt - 1];
     const nextAttemptAt = delay === undefined ? undefined : new Date(this.now() + delay).toISOString();
-    const kept = await recordAttempt(
-      db,
-      {
-        id: v7(),
-        deliveryId: delivery.id,
-        endpointId: endpoint.id,
-        attempt,
-        at,
-        ok: result.ok,
-        statusCode: result.statusCode,
-        durationMs: result.durationMs,
-        error: result.error,
-        nextAttemptAt,
-      },
+    const kept = await this.record({
       token,
-    );
+      id: v7(),
+      deliveryId: delivery.id,
+      endpointId: endpoint.id,
+      attempt,
+      at,
+      ok: result.ok,
+      statusCode: result.statusCode,
+      durationMs: result.durationMs,
+      error: result.error,
+      nextAttemptAt,
+    });
     this.observe(delivery, endpoint, attempt, result, nextAttemptAt, kept);
     await this.followEndpointHealth(endpoint, result.ok);
+  }
+
+  /**
+   * Keeps an attempt's outcome: with those that finish meanwhile, in one transaction (the next turn of
+   * the event loop, or once the one before is written). Resolves with whether this instance still held
+   * the delivery's lease.
+   */
+  private record(record: AttemptRecord & { readonly token: string }): Promise<boolean> {
+    return new Promise<boolean>((resolve, reject) => {
+      this.unrecorded.push({ record, resolve, reject });
+      if (this.recording) return;
+      this.recording = (async () => {
+        // Attempts that end in the same moment share one commit.
+        await new Promise((settle) => setImmediate(settle));
+        while (this.unrecorded.length > 0) {
+          const batch = this.unrecorded.splice(0, 500);
+          try {
+            const kept = await recordAttempts(
+              this.options.db,
+              batch.map((entry) => entry.record),
+            );
+            for (const [i, entry] of batch.entries()) entry.resolve(kept[i] ?? false);
+          } catch (error) {
+            for (const entry of batch) entry.reject(error);
+          }
+        }
+      })().finally(() => {
+        this.recording = undefined;
+      });
+    });
   }
 
   /** Signs and POSTs one attempt; a secret that cannot be opened fails it without a connection. */

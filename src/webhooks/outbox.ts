@@ -114,45 +114,58 @@ export interface AttemptRecord {
 }
 
 /**
- * Keeps an attempt and moves its delivery on (succeeded, due again, or failed), if this instance
- * still holds its lease: the attempt is kept in any case, the delivery moved only by the holder of
- * `token`. Returns whether it was.
+ * Keeps attempts and moves their deliveries on (succeeded, due again, or failed), in one transaction
+ * for all of them: at a hundred events a second, one commit (and one flush to disk on SQLite) for a
+ * batch rather than two per attempt. Each attempt is kept in any case; its delivery is moved only if
+ * this instance still holds its lease (`token`). Returns, per record, whether it was.
  */
-export async function recordAttempt(db: Db, record: AttemptRecord, token: string): Promise<boolean> {
-  await db
-    .insertInto('webhook_attempts')
-    .values({
-      id: record.id,
-      delivery_id: record.deliveryId,
-      endpoint_id: record.endpointId,
-      attempt: record.attempt,
-      at: record.at,
-      outcome: record.ok ? 'succeeded' : 'failed',
-      status_code: record.statusCode ?? null,
-      duration_ms: record.durationMs,
-      error: record.error ?? null,
-      next_attempt_at: record.nextAttemptAt ?? null,
-    })
-    .execute();
-  const status: WebhookDeliveryStatus = record.ok
-    ? 'succeeded'
-    : record.nextAttemptAt === undefined
-      ? 'failed'
-      : 'pending';
-  const moved = await db
-    .updateTable('webhook_deliveries')
-    .set({
-      status,
-      attempts: record.attempt,
-      next_attempt_at: record.nextAttemptAt ?? record.at,
-      leased_until: null,
-      lease_token: null,
-      updated_at: record.at,
-    })
-    .where('id', '=', record.deliveryId)
-    .where('lease_token', '=', token)
-    .executeTakeFirst();
-  return Number(moved.numUpdatedRows) > 0;
+export async function recordAttempts(
+  db: Db,
+  records: readonly (AttemptRecord & { readonly token: string })[],
+): Promise<boolean[]> {
+  if (records.length === 0) return [];
+  return db.transaction().execute(async (trx) => {
+    await trx
+      .insertInto('webhook_attempts')
+      .values(
+        records.map((record) => ({
+          id: record.id,
+          delivery_id: record.deliveryId,
+          endpoint_id: record.endpointId,
+          attempt: record.attempt,
+          at: record.at,
+          outcome: record.ok ? ('succeeded' as const) : ('failed' as const),
+          status_code: record.statusCode ?? null,
+          duration_ms: record.durationMs,
+          error: record.error ?? null,
+          next_attempt_at: record.nextAttemptAt ?? null,
+        })),
+      )
+      .execute();
+    const kept: boolean[] = [];
+    for (const record of records) {
+      const status: WebhookDeliveryStatus = record.ok
+        ? 'succeeded'
+        : record.nextAttemptAt === undefined
+          ? 'failed'
+          : 'pending';
+      const moved = await trx
+        .updateTable('webhook_deliveries')
+        .set({
+          status,
+          attempts: record.attempt,
+          next_attempt_at: record.nextAttemptAt ?? record.at,
+          leased_until: null,
+          lease_token: null,
+          updated_at: record.at,
+        })
+        .where('id', '=', record.deliveryId)
+        .where('lease_token', '=', record.token)
+        .executeTakeFirst();
+      kept.push(Number(moved.numUpdatedRows) > 0);
+    }
+    return kept;
+  });
 }
 
 /** Lets go of a lease without an attempt (the delivery is due again at once, to anyone). */

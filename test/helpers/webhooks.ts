@@ -143,6 +143,8 @@ export interface WebhookInstanceSetup {
   readonly deliver?: boolean;
   readonly resolve?: typeof dns.lookup;
   readonly beforeCommit?: ServicesOptions['beforeCommit'];
+  /** The metrics and tracing to record into (a test of spans). */
+  readonly observation?: ServicesOptions['observation'];
 }
 
 /** Webhook settings for tests: http to the receiver on 127.0.0.1, short retries. */
@@ -176,6 +178,7 @@ export async function startWebhookInstance(
     changePollMs: 100,
     ...(setup.resolve ? { resolveWebhookHosts: setup.resolve } : {}),
     ...(setup.beforeCommit ? { beforeCommit: setup.beforeCommit } : {}),
+    ...(setup.observation ? { observation: setup.observation } : {}),
   });
   await services.follower.start();
   const app = await buildApp({
