@@ -13,7 +13,9 @@
  * turns: ROUNDS rounds of one run each, which goes first alternating from round to round, and the
  * ratio is the median of the rounds' ratios.
  * BENCH_DURATION_S (default 4) sets the length of each run, BENCH_ROUNDS (5) their number and
- * BENCH_RESOURCES (1000) the size of the catalog.
+ * BENCH_RESOURCES (1000) the size of the catalog. BENCH_ONLY (`reads,publish,webhooks` by default)
+ * runs the cases named: the reads against the floor, the large publish (publish.ts), webhooks
+ * (webhooks.ts).
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -39,6 +41,7 @@ import {
   writeTree,
   wrk,
 } from './support.js';
+import { benchWebhooks } from './webhooks.js';
 
 const RESOURCES = Number(process.env.BENCH_RESOURCES ?? 1000);
 const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 4);
@@ -128,8 +131,31 @@ function row(cells: readonly string[], widths: readonly number[]): string {
   return cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  ');
 }
 
+const CASES = ['reads', 'publish', 'webhooks'] as const;
+
+/** The cases BENCH_ONLY names, all of them by default. */
+function selectedCases(): Set<string> {
+  const named = (process.env.BENCH_ONLY ?? CASES.join(',')).split(',').map((name) => name.trim());
+  const unknown = named.filter((name) => !(CASES as readonly string[]).includes(name));
+  if (unknown.length > 0)
+    throw new Error(`BENCH_ONLY: unknown case ${unknown.join(', ')} (known: ${CASES.join(', ')})`);
+  return new Set(named);
+}
+
 async function main(): Promise<number> {
   requireWrk();
+  const cases = selectedCases();
+  let failures = 0;
+  const { LOG_LEVEL: _default, ...inherited } = process.env;
+  if (cases.has('reads')) failures += await benchReads();
+  if (cases.has('publish')) failures += await benchPublish(inherited);
+  if (cases.has('webhooks')) failures += await benchWebhooks(inherited);
+  console.log(failures === 0 ? 'all targets met' : `${failures} target(s) missed`);
+  return failures === 0 ? 0 : 1;
+}
+
+/** The read path against its floor, and what metrics and another account's writes cost it. */
+async function benchReads(): Promise<number> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-bench-'));
   const { LOG_LEVEL: _shipsWithDefault, ...inherited } = process.env;
   const env = {
@@ -375,9 +401,7 @@ async function main(): Promise<number> {
     if (floorProcess) await stop(floorProcess);
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
-  failures += await benchPublish(inherited);
-  console.log(failures === 0 ? 'all targets met' : `${failures} target(s) missed`);
-  return failures === 0 ? 0 : 1;
+  return failures;
 }
 
 /** Another account's CI job (publisher.ts), run while the service is loaded, on the load generator's core. */
