@@ -272,10 +272,15 @@ describe('deliveries with the private-address guard on (D28)', () => {
         outcome: string;
         error?: string;
       }[];
-    await waitFor('every test attempted', async () => {
-      for (const id of ids) if (!(await attemptsOf(id)).some((a) => a.type === 'webhook.test')) return false;
-      return true;
-    });
+    await waitFor(
+      'every test attempted',
+      async () => {
+        for (const id of ids)
+          if (!(await attemptsOf(id)).some((a) => a.type === 'webhook.test')) return false;
+        return true;
+      },
+      30_000,
+    );
     for (const id of ids) {
       const test = (await attemptsOf(id)).find((a) => a.type === 'webhook.test')!;
       expect(test.outcome).toBe('failed');
@@ -293,5 +298,5 @@ describe('deliveries with the private-address guard on (D28)', () => {
       'playbook_webhook_oldest_pending_seconds',
     );
     expect(Number(/^playbook_webhook_oldest_pending_seconds (\S+)$/m.exec(backlog)?.[1])).toBeGreaterThan(0);
-  });
+  }, 60_000);
 });
