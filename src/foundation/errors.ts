@@ -38,6 +38,16 @@ export class ContentTooLargeError extends Error {
   override name = 'ContentTooLargeError';
 }
 
+/** A request body in a media type the operation does not take: JSON (UTF-8) only (D29). */
+export class UnsupportedMediaTypeError extends Error {
+  override name = 'UnsupportedMediaTypeError';
+}
+
+/** A request whose `Accept` rules out every media type the answer could have (D29). */
+export class NotAcceptableError extends Error {
+  override name = 'NotAcceptableError';
+}
+
 /** A valid request that would take an account past a limit of the deployment (D20). */
 export class LimitError extends Error {
   override name = 'LimitError';

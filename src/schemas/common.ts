@@ -133,28 +133,52 @@ export function Page<T extends TSchema>(item: T, options: { description?: string
   return Type.Object({ data: Type.Array(item, { maxItems: MAX_PAGE_SIZE }), meta: PageMeta }, options);
 }
 
-export const ProblemCode = StringEnum([
-  'invalid_request',
-  'content_too_large',
-  'limit_reached',
-  'unauthenticated',
-  'forbidden',
-  'plan_required',
-  'not_found',
-  'method_not_allowed',
-  'key_inactive',
-  'endpoint_disabled',
-  'version_label_taken',
-  'precondition_failed',
-  'request_timeout',
-  'expectation_failed',
-  'headers_too_large',
-  'rate_limited',
-  'internal',
-  'not_implemented',
-  'unavailable',
-] as const);
+/**
+ * Every `code` a problem document may carry (D2), each with its `title`: the one list of codes. The
+ * OpenAPI document, the error handler and the docs page of each code all read it.
+ */
+export const PROBLEM_TITLES = {
+  invalid_request: 'Invalid request',
+  content_too_large: 'Content too large',
+  unsupported_media_type: 'Unsupported media type',
+  not_acceptable: 'Not acceptable',
+  limit_reached: 'Limit reached',
+  unauthenticated: 'Unauthenticated',
+  forbidden: 'Forbidden',
+  plan_required: 'Plan required',
+  not_found: 'Not found',
+  method_not_allowed: 'Method not allowed',
+  key_inactive: 'Key not active',
+  endpoint_disabled: 'Webhook endpoint disabled',
+  version_label_taken: 'Version label taken',
+  precondition_failed: 'Precondition failed',
+  request_timeout: 'Request timeout',
+  expectation_failed: 'Expectation failed',
+  headers_too_large: 'Request headers too large',
+  rate_limited: 'Too many requests',
+  internal: 'Internal error',
+  not_implemented: 'Not implemented',
+  unavailable: 'Service unavailable',
+} as const;
+
+export const PROBLEM_CODES = Object.keys(PROBLEM_TITLES) as (keyof typeof PROBLEM_TITLES)[];
+export const ProblemCode = StringEnum(PROBLEM_CODES);
 export type ProblemCode = Static<typeof ProblemCode>;
+
+/** Where the docs page of a problem code is served: a path of this service. */
+export const PROBLEM_DOCS_PATH = '/docs/problems';
+
+/**
+ * A problem document's `type` (RFC 9457 §3.1.1): a relative reference to the service's docs page
+ * that explains `code`. Relative, so that it resolves against the URL of the request that got the
+ * problem, whatever host, port or proxy the caller reached the service through.
+ *
+ * @example
+ * problemTypeUrl('precondition_failed'); // '/docs/problems/precondition_failed'
+ */
+export function problemTypeUrl(code: ProblemCode): string {
+  return `${PROBLEM_DOCS_PATH}/${code}`;
+}
 
 /** The request ids the service echoes (D2); any other is replaced by one it makes. */
 export const REQUEST_ID_PATTERN = '^[A-Za-z0-9._:-]{1,128}$';
@@ -169,8 +193,17 @@ export const MAX_PROBLEM_DETAIL = 1000;
 /** RFC 9457 problem document (D2). */
 export const Problem = Type.Object(
   {
-    type: Type.String({ format: 'uri', maxLength: 100, description: 'urn:playbook:problem:<code>' }),
-    title: Type.String({ maxLength: 100 }),
+    type: Type.String({
+      format: 'uri-reference',
+      maxLength: 100,
+      pattern: '^/docs/problems/[a-z_]+$',
+      description:
+        "the docs page that explains the code: a path of this service, resolved against the request's URL",
+    }),
+    title: Type.String({
+      maxLength: 100,
+      description: 'the title of the code, the same for every problem of it',
+    }),
     status: Type.Integer({ minimum: 400, maximum: 599, description: 'the HTTP status of the answer' }),
     code: ProblemCode,
     detail: Type.String({ maxLength: MAX_PROBLEM_DETAIL }),
