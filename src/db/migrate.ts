@@ -7,6 +7,7 @@ import * as dataGenerationAndPageIndex from './migrations/0004-data-generation-a
 import * as auditEvents from './migrations/0005-audit-events.js';
 import * as changeLog from './migrations/0006-change-log.js';
 import * as webhooks from './migrations/0009-webhooks.js';
+import * as keySuccessor from './migrations/0010-key-successor.js';
 import type { Dialect } from './tables.js';
 
 /** A migration of ours: written against no table types, told which dialect it runs on. */
@@ -24,6 +25,7 @@ const migrations: Record<string, DialectMigration> = {
   '0005-audit-events': auditEvents,
   '0006-change-log': changeLog,
   '0009-webhooks': webhooks,
+  '0010-key-successor': keySuccessor,
 };
 
 /** Brings the schema of the primary database up to date; throws with the failing migration's name. */

@@ -105,6 +105,8 @@ export interface ApiKeyTable {
   expires_at: string | null;
   revoked_at: string | null;
   last_used_at: string | null;
+  /** The key a roll minted to replace this one (D29: a key is rolled once). */
+  replaced_by: string | null;
 }
 
 /**

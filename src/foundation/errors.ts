@@ -62,10 +62,24 @@ export class ConflictError extends Error {
   override name = 'ConflictError';
   constructor(
     message: string,
-    readonly reason: Extract<ProblemCode, 'key_inactive' | 'version_label_taken' | 'endpoint_disabled'>,
+    readonly reason: Extract<
+      ProblemCode,
+      'key_inactive' | 'key_already_rolled' | 'version_label_taken' | 'endpoint_disabled'
+    >,
     readonly problems: readonly InputProblem[] = [],
   ) {
     super(message);
+  }
+}
+
+/** A key that has a successor already: a key is rolled once (D29), and the answer names the successor. */
+export class KeyAlreadyRolledError extends ConflictError {
+  override name = 'KeyAlreadyRolledError';
+  constructor(readonly replacedBy: string) {
+    super(
+      `the API key was already rolled: key ${replacedBy} replaced it; roll that key, or revoke it and create a new one`,
+      'key_already_rolled',
+    );
   }
 }
 

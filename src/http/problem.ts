@@ -10,6 +10,7 @@ import {
   InputError,
   type InputLocation,
   type InputProblem,
+  KeyAlreadyRolledError,
   LimitError,
   MethodNotAllowedError,
   NotAcceptableError,
@@ -46,6 +47,12 @@ declare module 'fastify' {
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
+/** Extension members of a problem document, beside the standard ones (RFC 9457 §3.2). */
+export interface ProblemExtensions {
+  /** `key_already_rolled`: the key that replaced the one the request named. */
+  readonly replacedBy?: string;
+}
+
 /** What a 503 tells the caller to wait when the cause names no time of its own (RFC 9110 §10.2.3). */
 export const DEFAULT_RETRY_AFTER_S = 1;
 
@@ -69,6 +76,7 @@ export function problem(
   detail: string,
   requestId: string,
   errors?: readonly InputProblem[],
+  extensions: ProblemExtensions = {},
 ): Problem {
   return {
     type: problemTypeUrl(code),
@@ -86,6 +94,7 @@ export function problem(
           })),
         }
       : {}),
+    ...extensions,
   };
 }
 
@@ -136,6 +145,7 @@ function classify(error: FastifyError | Error): {
   code: ProblemCode;
   detail: string;
   errors?: InputProblem[];
+  extensions?: ProblemExtensions;
 } {
   if (error instanceof InputError) {
     return {
@@ -172,7 +182,9 @@ function classify(error: FastifyError | Error): {
   }
   if (error instanceof ConflictError) {
     const errors = error.problems.length > 0 ? { errors: [...error.problems] } : {};
-    return { status: 409, code: error.reason, detail: error.message, ...errors };
+    const extensions =
+      error instanceof KeyAlreadyRolledError ? { extensions: { replacedBy: error.replacedBy } } : {};
+    return { status: 409, code: error.reason, detail: error.message, ...errors, ...extensions };
   }
   if (error instanceof PreconditionFailedError) {
     return { status: 412, code: 'precondition_failed', detail: error.message };
@@ -270,7 +282,7 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
     .code(status)
     .header('cache-control', 'no-store')
     .type(PROBLEM_CONTENT_TYPE)
-    .send(problem(status, code, detail, request.id, errors));
+    .send(problem(status, code, detail, request.id, errors, classified.extensions));
 }
 
 /**

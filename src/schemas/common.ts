@@ -1,4 +1,5 @@
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { KEY_ID_PATTERN } from './api-key-format.js';
 
 /** The largest integer the contract allows for counters and page numbers. */
 export const MAX_COUNTER = Number.MAX_SAFE_INTEGER;
@@ -149,6 +150,7 @@ export const PROBLEM_TITLES = {
   not_found: 'Not found',
   method_not_allowed: 'Method not allowed',
   key_inactive: 'Key not active',
+  key_already_rolled: 'Key already rolled',
   endpoint_disabled: 'Webhook endpoint disabled',
   version_label_taken: 'Version label taken',
   precondition_failed: 'Precondition failed',
@@ -221,6 +223,13 @@ export const Problem = Type.Object(
         }),
         { maxItems: MAX_LISTED_PROBLEMS, description: 'each problem of a 400, at most 20' },
       ),
+    ),
+    replacedBy: Type.Optional(
+      Type.String({
+        maxLength: 32,
+        pattern: KEY_ID_PATTERN,
+        description: 'key_already_rolled: the id of the key that replaced the one the request named',
+      }),
     ),
   },
   { $id: 'Problem', description: 'RFC 9457 problem document' },

@@ -56,7 +56,10 @@ const keyFields = {
   scopes: ApiKeyScopes,
   environment: KeyEnvironment,
   createdAt: DateTime,
-  expiresAt: Type.Optional(DateTime),
+  expiresAt: Type.Optional({
+    ...DateTime,
+    description: 'when the key stops working: set at creation, or by a roll (the end of the overlap)',
+  }),
 };
 
 /** An API key as listed: never its secret. */
@@ -64,6 +67,10 @@ export const ApiKey = Type.Object({
   ...keyFields,
   lastUsedAt: Type.Optional({ ...DateTime, description: 'last successful use, recorded within seconds' }),
   revokedAt: Type.Optional(DateTime),
+  replacedBy: Type.Optional({
+    ...ApiKeyId,
+    description: 'the key a roll minted to replace this one; a key is rolled once',
+  }),
 });
 export type ApiKey = Static<typeof ApiKey>;
 
