@@ -195,7 +195,8 @@ export class ReadAnswers {
       const ticket = this.answers.ticket();
       const seen = await read(ticket);
       const key = keyFor ? keyFor(seen.audience) : loadKey;
-      return this.keep(key, Answer.json(serialize(seen.value)), ticket, seen.namespaces);
+      // One object's answer is validated by its version tag, so that its ETag names it to a write (D29).
+      return this.keep(key, Answer.json(serialize(seen.value), seen.tag), ticket, seen.namespaces);
     });
   }
 

@@ -33,6 +33,7 @@ import {
   toVersionDetail,
   toVersionSummary,
 } from './mappers.js';
+import { type CatalogTagRow, catalogTag, resourceTag } from './object-tags.js';
 import * as repo from './read-repository.js';
 import { planAllows } from './visibility.js';
 
@@ -112,7 +113,10 @@ export class PlaybookService {
     return params.owner === 'svc' ? null : accountView(principal);
   }
 
-  /** One Catalog by its human ref `owner/slug` (D29), as the list shows it. */
+  /**
+   * One Catalog by its human ref `owner/slug` (D29), as the list shows it, validated by its version
+   * tag: the ETag of its answer is a valid If-Match for the Catalog's writes.
+   */
   async getCatalog(principal: Principal, params: CatalogParams): Promise<Seen<Catalog>> {
     const row = await repo.findCatalogByRef(this.db, principal, params.owner, params.catalogSlug);
     if (!row) throw new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`);
@@ -120,6 +124,7 @@ export class PlaybookService {
       value: toCatalog(row.catalog, row.currentVersion),
       audience: this.catalogAudience(principal, params),
       namespaces: [namespaceOf(row.catalog.account_id)],
+      tag: await this.catalogTag(row.catalog),
     };
   }
 
@@ -180,7 +185,16 @@ export class PlaybookService {
       value: toResourceDetail(row, content),
       audience: audienceOf(principal, row.catalogAccountId),
       namespaces: [namespaceOf(row.catalogAccountId)],
+      tag: resourceTag(row.resource, row.currentVersion),
     };
+  }
+
+  /**
+   * The version tag of a Catalog (object-tags.ts), read now: what an answer of the Catalog alone is
+   * validated by, so that its ETag is a valid If-Match for the Catalog's writes (D29).
+   */
+  catalogTag(catalog: CatalogTagRow): Promise<string> {
+    return catalogTag(catalog, repo.resourceStatesOf(this.db, catalog.id));
   }
 
   async listVersions(

@@ -6,7 +6,7 @@ import { Negotiator } from '@fastify/accept-negotiator';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { LRUCache } from 'lru-cache';
 import pLimit from 'p-limit';
-import { noneMatchNames } from './conditional.js';
+import { type ContentCoding, noneMatchNames, representationTag } from './conditional.js';
 
 /**
  * The one read path's answers and the one function that sends them (D11, D19). Every successful read
@@ -15,7 +15,7 @@ import { noneMatchNames } from './conditional.js';
  * chooses and applies the content encoding.
  */
 
-export type Encoding = 'br' | 'gzip';
+export type Encoding = ContentCoding;
 
 /** D19: smaller answers gain too little from compression to pay for the `Content-Encoding`. */
 export const MIN_COMPRESSED_BYTES = 1024;
@@ -62,11 +62,6 @@ function compress(encoding: Encoding, body: Buffer): Buffer | Promise<Buffer> {
 /** The strong validator of `body`'s identity form: the first 192 bits of its SHA-256, base64url. */
 export function tagOf(body: Buffer | string): string {
   return createHash('sha256').update(body).digest('base64url').slice(0, 32);
-}
-
-/** The `ETag` of one representation: each encoding is a representation of its own (D19). */
-function etagOf(tag: string, encoding: Encoding | undefined): string {
-  return encoding === undefined ? `"${tag}"` : `"${tag}-${encoding}"`;
 }
 
 /**
@@ -208,7 +203,8 @@ function revalidated(
   tag: string,
   encoding: Encoding | undefined,
 ): boolean {
-  const etag = etagOf(tag, encoding);
+  // Each encoding is a representation of its own, with a tag of its own (D19).
+  const etag = representationTag(tag, encoding);
   reply.header('cache-control', CACHE_CONTROL).header('vary', VARY).header('etag', etag);
   return noneMatchNames(request.headers['if-none-match'], etag);
 }

@@ -28,11 +28,15 @@ const Preconditions = Type.Object({
   'if-match': Type.Optional(
     Type.String({
       maxLength: 1000,
-      description: 'the ETag this write was based on: 412 when the object changed since',
+      description:
+        "the ETag this write is based on: one a read of the object answered (in any content encoding), or a write's; 412 when the object changed since (a weak ETag never matches)",
     }),
   ),
   'if-none-match': Type.Optional(
-    Type.String({ maxLength: 1000, description: '`*`: create only, 412 when it exists' }),
+    Type.String({
+      maxLength: 1000,
+      description: '`*`: create only, 412 when it exists; ETags: 412 when one names the object as it is',
+    }),
   ),
 });
 
