@@ -2,7 +2,6 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { FastifyInstance } from 'fastify';
 import fastifyPlugin from 'fastify-plugin';
-import { redactCredentials } from '../foundation/redact-url.js';
 import { openapiOptions, type SecuritySetup } from '../http/openapi.js';
 import { Problem } from '../schemas/common.js';
 import { playbookSchemas } from '../schemas/playbook.js';
@@ -37,18 +36,8 @@ async function describe(
     // The service is often opened over plain HTTP (a VM, a container): a policy that upgrades its own
     // assets to https would leave the page blank there. TLS is the load balancer's to enforce.
     transformStaticCSP: (header) => withoutUpgradeInsecureRequests(String(header)),
-    // "Try it out" calls the service the page came from, over the scheme it came with.
-    transformSpecification: (document, request) => ({
-      ...document,
-      servers: [
-        {
-          // The Host header is the caller's to write; a credential in it is not shown back (D21).
-          url: `${request.protocol}://${redactCredentials(request.host)}`,
-          description: 'This deployment, as the page was opened (local, staging or production)',
-          'x-internal': false,
-        },
-      ],
-    }),
+    // "Try it out" calls the service the page came from: the document's server is relative (SERVER),
+    // so the page resolves it against its own address, and nothing of the request is written back.
   });
 
   // Someone who opens the service in a browser finds where to go, rather than a bare 404.

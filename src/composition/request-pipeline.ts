@@ -101,9 +101,8 @@ const CHALLENGES: Record<CredentialPolicy, readonly string[]> = {
 const PAGES = '/docs';
 
 /**
- * D29: what HTTP defines before any route runs. A request that accepts no answer the API can give
- * is 406, and one whose body is content-coded (the service decodes none) 415 naming the coding it
- * takes (RFC 9110 §15.5.16).
+ * D29: what HTTP defines before a body is read. A request that accepts no answer the API can give
+ * is 406, and one whose body is content-coded (the service decodes none) 415 (RFC 9110 §15.5.16).
  */
 function unanswerable(request: FastifyRequest): Error | undefined {
   const route = request.routeOptions.url;
@@ -191,7 +190,11 @@ async function pipeline(fastify: FastifyInstance, options: RequestPipelineOption
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id);
     if (draining) done(new UnavailableError('the service is shutting down; retry with backoff'));
-    else done(missingHost(request.raw) ?? credentialInQuery(request.query) ?? unanswerable(request));
+    else done(missingHost(request.raw) ?? credentialInQuery(request.query));
+  });
+  // Once the credential is known and counted (its answer tells the budget, D10), before the body is read.
+  app.addHook('preParsing', (request, _reply, payload, done) => {
+    done(unanswerable(request) ?? null, payload);
   });
   // While draining, every answer closes its connection: an idle keep-alive socket would otherwise
   // hold the server open until its timeout.

@@ -7,7 +7,7 @@ import { ForbiddenError } from '../foundation/errors.js';
 import { jsonParts } from '../foundation/sliced-json.js';
 import { SlicedBody } from '../http/sliced-body.js';
 import type { PublishService, WriteAnswer, WriteContext } from '../publish/publish-service.js';
-import { problemResponses } from '../schemas/common.js';
+import { ENTITY_TAGS_PATTERN, problemResponses, Slug, Uuid } from '../schemas/common.js';
 import { Catalog } from '../schemas/playbook.js';
 import {
   CatalogWriteParams,
@@ -28,6 +28,7 @@ const Preconditions = Type.Object({
   'if-match': Type.Optional(
     Type.String({
       maxLength: 1000,
+      pattern: ENTITY_TAGS_PATTERN,
       description:
         "the ETag this write is based on: one a read of the object answered (in any content encoding), or a write's; 412 when the object changed since (a weak ETag never matches)",
     }),
@@ -35,20 +36,24 @@ const Preconditions = Type.Object({
   'if-none-match': Type.Optional(
     Type.String({
       maxLength: 1000,
+      pattern: ENTITY_TAGS_PATTERN,
       description: '`*`: create only, 412 when it exists; ETags: 412 when one names the object as it is',
     }),
   ),
 });
 
-const ResourceWriteAnswer = Type.Object({
-  catalog: Type.Ref(Catalog),
-  resource: Type.Object({
-    slug: Type.String({ maxLength: 120 }),
-    id: Type.String({ maxLength: 36 }),
-    currentVersionId: Type.Union([Type.String({ maxLength: 36 }), Type.Null()]),
-  }),
-  changes: PublishChanges,
-});
+const ResourceWriteAnswer = Type.Object(
+  {
+    catalog: Type.Ref(Catalog),
+    resource: Type.Object({
+      slug: Slug,
+      id: Uuid,
+      currentVersionId: Type.Union([Uuid, Type.Null()]),
+    }),
+    changes: PublishChanges,
+  },
+  { title: 'ResourceWriteAnswer' },
+);
 
 function contextOf(request: FastifyRequest, owner: 'svc' | 'org'): WriteContext {
   const principal = request.principal as Principal;

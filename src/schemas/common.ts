@@ -39,6 +39,16 @@ export const MULTI_LINE_PATTERN =
   `^${NO_LONE_SURROGATE}` +
   '[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F\\u007F-\\u009F\\u202A-\\u202E\\u2066-\\u2069]*$';
 
+/** D12: hashes are lowercase hex digests. */
+export const HASH_PATTERN = '^[0-9a-f]{32,128}$';
+
+/**
+ * RFC 9110 §13.1.1-2: `If-Match` and `If-None-Match` hold `*`, or a list of entity tags (`"…"` or
+ * `W/"…"`), whose elements may be empty. http/conditional.ts reads them.
+ */
+const ENTITY_TAG = '(?:W/)?"[^"\\u0000-\\u0020\\u007F]*"';
+export const ENTITY_TAGS_PATTERN = `^[ \\t]*(?:\\*|(?:,[ \\t]*)*${ENTITY_TAG}(?:[ \\t]*,(?:[ \\t]*${ENTITY_TAG})?)*)[ \\t]*$`;
+
 /** What a value that fails one of the service's patterns must be, in words: the patterns are not for people. */
 export const PATTERN_RULES: Readonly<Record<string, string>> = {
   [UUID_PATTERN]: 'must be a UUID',
@@ -50,6 +60,8 @@ export const PATTERN_RULES: Readonly<Record<string, string>> = {
     'or unpaired surrogates',
   [MULTI_LINE_PATTERN]:
     'must not hold control characters (but tab and line breaks), direction overrides or unpaired surrogates',
+  [ENTITY_TAGS_PATTERN]: 'must be * or a comma-separated list of entity tags, each "…" or W/"…"',
+  [HASH_PATTERN]: 'must be a lowercase hex digest',
 };
 
 export const Uuid = Type.String({
@@ -65,7 +77,12 @@ export const DateTime = Type.String({
 });
 export const Slug = Type.String({ minLength: 1, maxLength: 120, pattern: SLUG_PATTERN });
 export const FacetValue = Type.String({ minLength: 1, maxLength: 80, pattern: SLUG_PATTERN });
-export const Hash = Type.String({ minLength: 32, maxLength: 128 });
+export const Hash = Type.String({
+  minLength: 32,
+  maxLength: 128,
+  pattern: HASH_PATTERN,
+  description: 'lowercase hex digest (SHA-256: 64 characters)',
+});
 export const Counter = Type.Integer({ minimum: 0, maximum: MAX_COUNTER });
 export const VersionLabel = Type.String({ minLength: 1, maxLength: 80, pattern: SINGLE_LINE_PATTERN });
 export const Description = Type.String({ maxLength: 1000, pattern: MULTI_LINE_PATTERN });
@@ -129,9 +146,16 @@ export const PageMeta = Type.Object({
 });
 export type PageMeta = Static<typeof PageMeta>;
 
-/** The pagination envelope both list operations share. */
+/**
+ * The pagination envelope both list operations share. Its title names it in the OpenAPI document
+ * (`CatalogPage` for a page of `Catalog`): every body there is a named component.
+ */
 export function Page<T extends TSchema>(item: T, options: { description?: string } = {}) {
-  return Type.Object({ data: Type.Array(item, { maxItems: MAX_PAGE_SIZE }), meta: PageMeta }, options);
+  const named = (item as { $ref?: unknown }).$ref ?? item.title;
+  return Type.Object(
+    { data: Type.Array(item, { maxItems: MAX_PAGE_SIZE }), meta: PageMeta },
+    { ...(typeof named === 'string' ? { title: `${named}Page` } : {}), ...options },
+  );
 }
 
 /**
@@ -202,7 +226,9 @@ export const Problem = Type.Object(
       description:
         "the docs page that explains the code: a path of this service, resolved against the request's URL",
     }),
-    title: Type.String({
+    title: Type.Unsafe<string>({
+      type: 'string',
+      enum: [...new Set(Object.values(PROBLEM_TITLES))],
       maxLength: 100,
       description: 'the title of the code, the same for every problem of it',
     }),

@@ -1,6 +1,15 @@
 import { type Static, Type } from '@sinclair/typebox';
-import { CHANGE_TYPES } from './audit.js';
-import { Counter, DateTime, Description, Page, PageQuery, StringEnum, Uuid } from './common.js';
+import { AUDIT_ACTOR_TYPES, CHANGE_TYPES } from './audit.js';
+import {
+  Counter,
+  DateTime,
+  Description,
+  Page,
+  PageQuery,
+  REQUEST_ID_PATTERN,
+  StringEnum,
+  Uuid,
+} from './common.js';
 import { AccountId } from './identity.js';
 
 /**
@@ -193,7 +202,7 @@ export type WebhookDeliveryAttemptPage = Static<typeof WebhookDeliveryAttemptPag
 
 /** What an event's `data` holds: the change it tells of. */
 export const WebhookEventData = Type.Object({
-  id: Type.String({ maxLength: 36, description: 'the event id (the change id; webhook-id)' }),
+  id: { ...Uuid, description: 'the event id (the change id; webhook-id)' },
   seq: Type.Optional({ ...Counter, description: 'the change position in the log' }),
   accountId: Type.Optional({ ...AccountId, description: 'the account whose change it is; absent for svc' }),
   owner: StringEnum(['svc', 'account'] as const, {
@@ -201,17 +210,27 @@ export const WebhookEventData = Type.Object({
   }),
   target: Type.Object({
     kind: StringEnum(['catalog', 'resource', 'api_key', 'account', 'webhook_endpoint'] as const),
-    id: Type.String({ maxLength: 260 }),
-    humanRef: Type.Optional(Type.String({ maxLength: 260 })),
+    id: Type.String({
+      maxLength: 260,
+      pattern: '^[A-Za-z0-9][A-Za-z0-9._:/-]*$',
+      description: 'the id of what changed: a uuid, a key id or an account id',
+    }),
+    humanRef: Type.Optional(
+      Type.String({
+        maxLength: 260,
+        pattern: '^(?:svc|org)/[a-z0-9]+(?:-[a-z0-9]+)*(?:/[a-z0-9]+(?:-[a-z0-9]+)*)?$',
+        description: 'a Catalog or a Resource: its human ref',
+      }),
+    ),
   }),
   summary: Type.Optional(Type.String({ maxLength: 1000, description: 'what changed, in one line' })),
   actor: Type.Optional(
     Type.Object({
-      type: Type.String({ maxLength: 20 }),
+      type: StringEnum(AUDIT_ACTOR_TYPES),
       id: Type.Optional(Type.String({ maxLength: 2048 })),
     }),
   ),
-  requestId: Type.Optional(Type.String({ maxLength: 128 })),
+  requestId: Type.Optional(Type.String({ maxLength: 128, pattern: REQUEST_ID_PATTERN })),
 });
 
 /** The body every delivery POSTs (Standard Webhooks' `{ type, timestamp, data }`). */

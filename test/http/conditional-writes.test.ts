@@ -137,17 +137,26 @@ describe('conditional writes (D29)', () => {
     const current = (await readLong('gzip')).etag;
     const inner = current.slice(1, -1);
     // One tag that holds the current one and a comma is not the current tag.
-    for (const header of [`"${inner},x"`, `"x,${inner}"`, `"${inner}, x"`]) {
+    for (const header of [`"${inner},x"`, `"x,${inner}"`, `"${inner},,${inner}-br"`]) {
       const refused = await putLong('Listed', { 'if-match': header });
       expect(refused.statusCode, header).toBe(412);
     }
     // A list whose tags hold commas, with the current one among them.
     const accepted = await putLong('Listed', { 'if-match': `"a,b", W/"c,d",${current} , "e"` });
     expect(accepted.statusCode, accepted.body).toBe(200);
-    // A value that is no entity-tag list holds nothing.
-    for (const header of [inner, `${current} junk`, `*, ${current}`]) {
-      expect((await putLong('Listed again', { 'if-match': header })).statusCode, header).toBe(412);
+    // A value that is no entity-tag list is a 400 naming the header, and writes nothing.
+    for (const header of [inner, `${current} junk`, `*, ${current}`, 'W/', '"a" "b"']) {
+      const refused = await putLong('Listed again', { 'if-match': header });
+      expect(checkProblem(refused, 400, 'invalid_request'), header).toEqual([]);
+      expect(problemOf(refused).errors).toEqual([
+        expect.objectContaining({
+          in: 'header',
+          name: 'if-match',
+          message: expect.stringMatching(/entity tags/),
+        }),
+      ]);
     }
+    expect((await readLong('identity')).title).toBe('Listed');
   });
 
   it('If-Match: * holds for what exists; If-Match on a Resource that does not exist is 412, saying so', async () => {
