@@ -59,6 +59,31 @@ export interface PositionsMemo {
 
 const NO_MEMO: PositionsMemo = { held: () => undefined, keep: () => {} };
 
+/** Characters of a version's pins read at once by the first read of a page: every small one whole. */
+const PINS_HEAD_CHARS = 64 * 1024;
+/** Characters of a large version's pins read per statement after that: about a millisecond's copying. */
+const PINS_SLICE_CHARS = 256 * 1024;
+
+/**
+ * A page of Catalogs whose pins are read as they are needed: the page with every current version's
+ * `resourcePins` empty, and the stored JSON text of those pins, a slice at a time. A Catalog version
+ * of 100,000 Resources pins 20 MB of text, which a whole page would hold at once.
+ */
+export interface CatalogsPage {
+  /** The page as the contract shapes it, but with each `currentVersion.resourcePins` left empty. */
+  readonly page: PageOf<Catalog>;
+  /** The ids of the page's current versions, in the page's order. */
+  readonly versionIds: readonly string[];
+  /** Pins they hold in all, as each version counts them. */
+  readonly pinCount: number;
+  /**
+   * A reader of the pins for one pass over the page: the JSON text of a version's pins (`[{…},…]`,
+   * exactly as the contract writes them), in slices; reading stops when the iteration does. A
+   * version's pins never change, so a pass begun long after the page was read reads the same text.
+   */
+  readPins(): (versionId: string) => AsyncGenerator<string>;
+}
+
 /**
  * A Resource Version read without its content: every field of its detail but the content (an empty
  * string in its place), whose hash and size stand for it, and the content's load. A revalidation can be
@@ -100,6 +125,57 @@ export class PlaybookService {
     );
     return {
       value: { data: rows.map((row) => toCatalog(row.catalog, row.currentVersion)), meta },
+      audience: this.catalogsAudience(principal, query),
+      namespaces: serviceOnly(query) ? [namespaceOf(null)] : viewNamespaces(principal),
+    };
+  }
+
+  /**
+   * `listCatalogs` with its pins left in storage until they are read (`CatalogsPage`): what the list's
+   * answer is written from as it is sent.
+   */
+  async catalogsPage(principal: Principal, query: ListCatalogsQuery): Promise<Seen<CatalogsPage>> {
+    const filters: repo.CatalogFilters = { sourceScopes: query.sourceScope, capability: query.capability };
+    const { rows, meta } = await readPage(
+      query,
+      () => repo.countCatalogs(this.db, principal, filters),
+      (window) => repo.listCatalogHeads(this.db, principal, filters, window),
+    );
+    const versionIds = rows.flatMap((row) => row.currentVersion?.id ?? []);
+    const db = this.db;
+    const readPins = () => {
+      // The first slice of every version in one statement (the whole of most), the rest of a large one
+      // as it is asked for; each is let go once yielded.
+      let heads: Promise<Map<string, string>> | undefined;
+      return async function* pinsText(versionId: string): AsyncGenerator<string> {
+        heads ??= repo.readPinsText(db, versionIds, 1, PINS_HEAD_CHARS);
+        const held = await heads;
+        let part = held.get(versionId);
+        if (part === undefined) throw new Error(`version ${versionId} is not of this page`);
+        held.delete(versionId);
+        let from = 1;
+        let chars = PINS_HEAD_CHARS;
+        for (;;) {
+          if (part.length > 0) yield part;
+          if (part.length < chars) return;
+          from += chars;
+          chars = PINS_SLICE_CHARS;
+          part = (await repo.readPinsText(db, [versionId], from, chars)).get(versionId) ?? '';
+        }
+      };
+    };
+    return {
+      value: {
+        page: {
+          data: rows.map((row) =>
+            toCatalog(row.catalog, row.currentVersion && { ...row.currentVersion, pins: '[]' }),
+          ),
+          meta,
+        },
+        versionIds,
+        pinCount: rows.reduce((sum, row) => sum + Number(row.currentVersion?.resource_count ?? 0), 0),
+        readPins,
+      },
       audience: this.catalogsAudience(principal, query),
       namespaces: serviceOnly(query) ? [namespaceOf(null)] : viewNamespaces(principal),
     };
