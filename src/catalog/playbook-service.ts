@@ -61,8 +61,12 @@ const NO_MEMO: PositionsMemo = { held: () => undefined, keep: () => {} };
 
 /** Characters of a version's pins read at once by the first read of a page: every small one whole. */
 const PINS_HEAD_CHARS = 64 * 1024;
-/** Characters of a large version's pins read per statement after that: about a millisecond's copying. */
-const PINS_SLICE_CHARS = 256 * 1024;
+/**
+ * Characters of a large version's pins read per statement after that. Each statement reads the stored
+ * text from its start (SQLite loads the whole value; PostgreSQL decompresses up to the slice), so a
+ * slice is large enough that 20 MB of pins are a score of statements, and small enough to hold.
+ */
+const PINS_SLICE_CHARS = 1024 * 1024;
 
 /**
  * A page of Catalogs whose pins are read as they are needed: the page with every current version's

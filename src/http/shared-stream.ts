@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import zlib from 'node:zlib';
 import pLimit from 'p-limit';
+import { yieldIfBusy } from '../foundation/pace.js';
 
 /**
  * Answers too large to hold in memory (the catalogs list of a Catalog of 100,000 Resources is tens of
@@ -17,8 +18,13 @@ import pLimit from 'p-limit';
 
 /** Bytes of the identity body per block: what is read, compressed and sent as one. */
 export const BLOCK_BYTES = 64 * 1024;
-/** How long a pass holds its first blocks for requests that join it late. */
-const JOIN_WINDOW_BYTES = 1024 * 1024;
+/**
+ * A pass may be joined for its first {@link GATHER_MS} (the requests of a moment, each sent the blocks
+ * made before it came), while it has made at most {@link JOIN_WINDOW_BYTES}: a pass that has made
+ * that much waits for the moment to pass, so that a body of any size holds no more meanwhile.
+ */
+const GATHER_MS = 100;
+const JOIN_WINDOW_BYTES = 4 * 1024 * 1024;
 /** How far a pass runs ahead of its slowest reader before it waits. */
 const AHEAD_BYTES = 1024 * 1024;
 /**
@@ -138,14 +144,21 @@ class Pass {
   private failure: unknown;
   private stopped = false;
   private resume: (() => void) | undefined;
-  /** While true, the pass still holds its first blocks and new readers may join it. */
-  joinable = true;
+  /** Until when new readers may join, while the first blocks are all held. */
+  private gatheringUntil = Number.POSITIVE_INFINITY;
+  private closedToJoiners = false;
 
   constructor(
     source: () => AsyncGenerator<Buffer>,
     private readonly closed: () => void,
   ) {
     void passTurns(() => this.run(source));
+  }
+
+  /** Whether a new reader may join: the pass holds every block it made, and its moment lasts. */
+  get joinable(): boolean {
+    if (!this.closedToJoiners && performance.now() >= this.gatheringUntil) this.unjoinable();
+    return !this.closedToJoiners;
   }
 
   join(): Readable {
@@ -182,6 +195,7 @@ class Pass {
 
   private async run(source: () => AsyncGenerator<Buffer>): Promise<void> {
     if (this.stopped) return;
+    this.gatheringUntil = performance.now() + GATHER_MS;
     const blocks = source();
     try {
       for (;;) {
@@ -191,8 +205,14 @@ class Pass {
         this.blocks.push(value);
         this.made++;
         this.heldBytes += value.length;
-        if (this.joinable && this.heldBytes > JOIN_WINDOW_BYTES) this.unjoinable();
         for (const reader of this.readers) this.feed(reader);
+        // SQLite's statements resolve without a turn of the event loop: the turn is given here (D20).
+        await yieldIfBusy();
+        if (this.heldBytes >= JOIN_WINDOW_BYTES && this.joinable) {
+          // The window is full: let the moment end before making more, then close it.
+          await new Promise((resolve) => setTimeout(resolve, this.gatheringUntil - performance.now()));
+          this.unjoinable();
+        }
         while (!this.stopped && this.aheadBytes() > AHEAD_BYTES) {
           await new Promise<void>((resolve) => {
             this.resume = resolve;
@@ -210,8 +230,8 @@ class Pass {
   }
 
   private unjoinable(): void {
-    if (!this.joinable) return;
-    this.joinable = false;
+    if (this.closedToJoiners) return;
+    this.closedToJoiners = true;
     this.closed();
   }
 
@@ -233,7 +253,7 @@ class Pass {
 
   /** Lets go of the blocks every reader has taken (once nobody may join), and wakes the pass. */
   private release(): void {
-    if (!this.joinable) {
+    if (this.closedToJoiners) {
       const drop = this.slowest() - this.first;
       if (drop > 0) {
         for (const block of this.blocks.splice(0, drop)) this.heldBytes -= block.length;
