@@ -41,7 +41,8 @@ export function shapeFor(resources: number): ScaleShape {
   return {
     resources,
     accounts,
-    bigCatalog: Math.round(resources / 10),
+    // A tenth, as D30 has it; half of a smaller set, so that quick runs have a list of 100,000 pins too.
+    bigCatalog: Math.max(Math.round(resources / 10), Math.min(100_000, Math.round(resources / 2))),
     catalogs: 10 + accounts * 10 - 1,
     contentBytes: 2048,
   };

@@ -151,9 +151,14 @@ async function measuredCli(
   env: NodeJS.ProcessEnv,
 ): Promise<{ seconds: number; peakMb: number }> {
   const started = performance.now();
+  // Its progress lines are told only when it fails.
   const child: ChildProcess = spawn(process.execPath, [CLI, ...args], {
     env,
-    stdio: ['ignore', 'ignore', 'inherit'],
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let errors = '';
+  child.stderr!.on('data', (chunk: Buffer) => {
+    errors = (errors + chunk.toString()).slice(-4000);
   });
   let peakMb = 0;
   const sampler = setInterval(() => {
@@ -166,7 +171,7 @@ async function measuredCli(
   }, 25);
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
   clearInterval(sampler);
-  if (code !== 0) throw new Error(`playbook ${args[0]} exited with ${code}`);
+  if (code !== 0) throw new Error(`playbook ${args[0]} exited with ${code}:\n${errors}`);
   return { seconds: (performance.now() - started) / 1000, peakMb };
 }
 
