@@ -260,7 +260,10 @@ export class PlaybookService {
   private async detailOf(principal: Principal, row: repo.ResourceDetailRow): Promise<Seen<ResourceDetail>> {
     this.checkPlan(principal, row.catalogAccountId, row.resource.facets);
     const { content_hash, storage_backend } = row.currentVersion;
-    const content = await this.content.read(storage_backend, content_hash);
+    const content =
+      typeof row.storedContent === 'string'
+        ? this.content.checked(storage_backend, content_hash, row.storedContent)
+        : await this.content.read(storage_backend, content_hash);
     return {
       value: toResourceDetail(row, content),
       audience: audienceOf(principal, row.catalogAccountId),

@@ -342,6 +342,11 @@ export interface ResourceListRow {
 /** A Resource detail's row: its current version always there, with its manifest. */
 export interface ResourceDetailRow extends ResourceListRow {
   readonly currentVersion: VersionDetailRow;
+  /**
+   * The content, when the database holds it (`database-text`), read by the same statement: a cold
+   * read of a detail is one statement. Not yet checked against its hash (D12).
+   */
+  readonly storedContent?: string | null;
 }
 
 /** The Resources of one visible Catalog that its owner's callers see, optionally of some kinds only. */
@@ -489,9 +494,13 @@ async function resourceDetail(
     .innerJoin('resource_versions as v', (on) =>
       on.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisible),
     )
+    .leftJoin('content_blobs as cb', (on) =>
+      on.onRef('cb.content_hash', '=', 'v.content_hash').on('v.storage_backend', '=', 'database-text'),
+    )
     .selectAll('resources')
     .select(['catalogs.account_id as catalog_account_id', 'catalogs.slug as catalog_slug'])
     .select(prefixed('v', VERSION_DETAIL_COLUMNS))
+    .select('cb.body as stored_content')
     .where(which)
     .where(resourceVisibleTo(principal))
     .executeTakeFirst();
@@ -501,6 +510,7 @@ async function resourceDetail(
     catalogAccountId: row.catalog_account_id,
     catalogSlug: row.catalog_slug,
     currentVersion: unprefixed<VersionDetailRow>(row, 'v', VERSION_DETAIL_COLUMNS),
+    storedContent: row.stored_content,
   };
 }
 
