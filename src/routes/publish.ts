@@ -129,19 +129,27 @@ export function publishRoutes(options: PublishRouteOptions): FastifyPluginAsyncT
       async (request, reply) => {
         const context = contextOf(request, request.params.owner);
         const dryRun = request.query.dryRun === true;
-        const report = send(
-          reply,
-          await publish.putCatalog(context, request.params.catalogSlug, request.body, dryRun),
-        );
+        const answer = await publish.putCatalog(context, request.params.catalogSlug, request.body, dryRun);
+        const report = send(reply, answer);
         // The report of a large Catalog is megabytes (every line, every pin): written in slices (D20).
         const parts = await jsonParts(report);
+        reply.type('application/json; charset=utf-8');
+        if (answer.pinsText) {
+          // The Catalog's pins are read from storage as they are sent, where the report has none (D30).
+          const at = parts.findIndex((part, i) => part.endsWith('"resourcePins":') && parts[i + 1] === '[]');
+          if (at < 0) throw new Error("the report's Catalog has no pins to fill in");
+          const pins = answer.pinsText;
+          async function* text() {
+            yield* parts.slice(0, at + 1);
+            yield* pins();
+            yield* parts.slice(at + 2);
+          }
+          return reply.send(Readable.from(text()) as never);
+        }
         let bytes = 0;
         for (const part of parts) bytes += Buffer.byteLength(part);
         // Sent part by part as it is: Fastify serializes objects, not streams.
-        return reply
-          .type('application/json; charset=utf-8')
-          .header('content-length', bytes)
-          .send(Readable.from(parts) as never);
+        return reply.header('content-length', bytes).send(Readable.from(parts) as never);
       },
     );
 
