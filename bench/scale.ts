@@ -200,7 +200,8 @@ function rssSampler(pid: number): { stop(): number } {
 
 /** `playbook_answer_cache_lookups_total` by result, from the metrics listener. */
 async function cacheLookups(metrics: string): Promise<{ hit: number; miss: number }> {
-  const text = await (await fetch(metrics)).text();
+  // A connection of its own: one kept alive from the last scrape may be closing as it is reused.
+  const text = (await request(metrics, { headers: { connection: 'close' } })).body.toString();
   const of = (result: string) =>
     Number(
       new RegExp(`^playbook_answer_cache_lookups_total\\{result="${result}"\\}\\s+(\\S+)`, 'm').exec(
