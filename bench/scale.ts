@@ -633,7 +633,7 @@ end
         file,
         `local keys = ${luaStrings(keyTable)}
 local firsts = {${accountFirsts.join(',')}}
-math.randomseed(${Date.now() % 100_000})
+math.randomseed(os.time())
 request = function()
   local i = math.random(0, ${shape.resources - 1})
   local owner = 1
