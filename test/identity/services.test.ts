@@ -22,7 +22,9 @@ describe('identity wired into the services', () => {
     expect(lines.length).toBeLessThanOrEqual(8);
     const text = lines.join('\n');
     expect(text).toContain('npx playbook keys create --account demo');
-    expect(text).toContain('curl -s http://127.0.0.1:8080/v3/playbook/catalogs -H "x-api-key: $PLAYBOOK_API_KEY"');
+    expect(text).toContain(
+      'curl -s http://127.0.0.1:8080/v3/playbook/catalogs -H "x-api-key: $PLAYBOOK_API_KEY"',
+    );
     expect(text).toContain('http://127.0.0.1:8080/docs/guides');
   });
 
