@@ -36,7 +36,8 @@ async function lagMaxMs(metrics: string): Promise<number> {
   return match ? Number(match[1]) * 1000 : Number.NaN;
 }
 
-function body(count: number, valid: boolean): string {
+/** A whole Catalog's body of `count` Resources of about 100 bytes of content each, valid or not. */
+export function publishBody(count: number, valid: boolean): string {
   const resources = Array.from({ length: count }, (_, i) =>
     valid
       ? {
@@ -126,9 +127,9 @@ async function benchPublishOn(stack: string, inherited: NodeJS.ProcessEnv): Prom
     await waitForReady(`${base}/readyz`, service);
     const key = await createReadKey(base, env, ['playbook:read', 'playbook:write']);
     const idleMb = peakRssMb(service.pid!);
-    const wrong = body(WRONG_RESOURCES, false);
+    const wrong = publishBody(WRONG_RESOURCES, false);
     const refused = await publishOnce(base, metrics, key, 'refused', wrong);
-    const valid = body(RESOURCES, true);
+    const valid = publishBody(RESOURCES, true);
     const published = await publishOnce(base, metrics, key, 'published', valid);
     const peakMb = peakRssMb(service.pid!);
     const line = (name: string, bytes: number, outcome: Outcome) =>

@@ -1,10 +1,11 @@
 /**
- * A CI job of another account, for `npm run bench`: `node publisher.js <baseUrl> <apiKey>` publishes a
- * new version of one Resource of its own Catalog once a second until it is sent SIGTERM, then prints
+ * A CI job of another account, for `npm run bench`: `node publisher.js <baseUrl> <apiKey> [catalog]`
+ * publishes a new version of one Resource of its own Catalog (`writes` by default) once a second until
+ * it is sent SIGTERM, then prints
  * how many writes it made and how many failed. Each write is a change of the log under its account,
  * which must leave every other account's answers in memory (D26).
  */
-const [base, key] = process.argv.slice(2);
+const [base, key, catalog = 'writes'] = process.argv.slice(2);
 if (!base || !key) throw new Error('usage: publisher.js <baseUrl> <apiKey>');
 
 let written = 0;
@@ -13,7 +14,7 @@ let next = 0;
 
 async function publish(): Promise<void> {
   next++;
-  const answer = await fetch(`${base}/v3/playbook/catalogs/org/writes/resources/doc`, {
+  const answer = await fetch(`${base}/v3/playbook/catalogs/org/${catalog}/resources/doc`, {
     method: 'PUT',
     headers: { 'x-api-key': key!, 'content-type': 'application/json' },
     body: JSON.stringify({

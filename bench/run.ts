@@ -13,13 +13,10 @@
  * turns: ROUNDS rounds of one run each, which goes first alternating from round to round, and the
  * ratio is the median of the rounds' ratios.
  * BENCH_DURATION_S (default 4) sets the length of each run, BENCH_ROUNDS (5) their number and
- * BENCH_RESOURCES (1000) the size of the catalog.
- *
- * Then what the sync feed costs (sync.ts, D27): 1,000 held requests on one instance, and an initial sync
- * of 100,000 Resources.
- *
- * BENCH_CASES runs some cases only: comma-separated parts of their names, any case that holds one of
- * them (`BENCH_CASES='sync'` runs the empty sync poll, the held requests and the initial sync).
+ * BENCH_RESOURCES (1000) the size of the catalog. BENCH_ONLY (`reads,publish,webhooks` by default)
+ * runs the cases named: the reads against the floor, the large publish (publish.ts), webhooks
+ * (webhooks.ts), and what the sync feed costs (sync.ts, D27: 1,000 held requests on one instance, and an
+ * initial sync of 100,000 Resources; its empty poll is a row of the reads' table).
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -46,38 +43,13 @@ import {
   wrk,
 } from './support.js';
 import { benchHeldRequests, benchInitialSync, currentPosition } from './sync.js';
+import { benchWebhooks } from './webhooks.js';
 
 const RESOURCES = Number(process.env.BENCH_RESOURCES ?? 1000);
 const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const WARMUP_S = 3;
 const CONNECTIONS = 50;
-/** What BENCH_CASES asks for: parts of case names; every case when unset. */
-const CASES = process.env.BENCH_CASES?.split(',')
-  .map((name) => name.trim().toLowerCase())
-  .filter((name) => name !== '');
-
-/** Whether the case named `name` runs. */
-function selected(name: string): boolean {
-  return CASES === undefined || CASES.some((part) => name.toLowerCase().includes(part));
-}
-
-/** The names of the cases beside the floor's (run.ts's table), as BENCH_CASES selects them. */
-const HELD_CASE = 'held sync requests';
-const INITIAL_SYNC_CASE = 'initial sync of 100,000 resources';
-const PUBLISH_CASE = 'publish of 100,000 resources';
-/** The cases of the table against the floor, by name. */
-const FLOOR_CASES = [
-  'resource detail',
-  'page of 25 resources',
-  'version detail',
-  '304 revalidation of the detail',
-  'page of 25, compressed',
-  'empty sync poll',
-  'detail, another account writing',
-  'detail, metrics on vs off',
-];
-
 interface Scenario {
   readonly name: string;
   readonly path: string;
@@ -160,32 +132,47 @@ function row(cells: readonly string[], widths: readonly number[]): string {
   return cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  ');
 }
 
+const CASES = ['reads', 'publish', 'webhooks', 'sync'] as const;
+
+/** The cases BENCH_ONLY names, all of them by default. */
+function selectedCases(): Set<string> {
+  const named = (process.env.BENCH_ONLY ?? CASES.join(',')).split(',').map((name) => name.trim());
+  const unknown = named.filter((name) => !(CASES as readonly string[]).includes(name));
+  if (unknown.length > 0)
+    throw new Error(`BENCH_ONLY: unknown case ${unknown.join(', ')} (known: ${CASES.join(', ')})`);
+  return new Set(named);
+}
+
 async function main(): Promise<number> {
-  const { LOG_LEVEL: _shipped, ...environment } = process.env;
+  const cases = selectedCases();
+  if (cases.has('reads')) requireWrk();
+  const { LOG_LEVEL: _default, ...inherited } = process.env;
   let failures = 0;
-  failures += await againstTheFloor();
-  if (selected(HELD_CASE)) {
-    console.log(`${HELD_CASE}:`);
-    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-bench-held-'));
-    try {
-      failures += await benchHeldRequests({ ...environment, PLAYBOOK_RATE_LIMIT_MAX: '1000000000' }, dataDir);
-    } finally {
-      fs.rmSync(dataDir, { recursive: true, force: true });
-    }
-  }
-  if (selected(INITIAL_SYNC_CASE)) {
-    console.log(`${INITIAL_SYNC_CASE}:`);
-    failures += await benchInitialSync({ ...environment, PLAYBOOK_RATE_LIMIT_MAX: '1000000000' });
-  }
-  if (selected(PUBLISH_CASE)) failures += await benchPublish(environment);
+  if (cases.has('reads')) failures += await benchReads();
+  if (cases.has('publish')) failures += await benchPublish(inherited);
+  if (cases.has('webhooks')) failures += await benchWebhooks(inherited);
+  if (cases.has('sync')) failures += await benchSync(inherited);
   console.log(failures === 0 ? 'all targets met' : `${failures} target(s) missed`);
   return failures === 0 ? 0 : 1;
 }
 
-/** The reads against the floor: the table. */
-async function againstTheFloor(): Promise<number> {
-  if (!FLOOR_CASES.some(selected)) return 0;
-  requireWrk();
+/** What the sync feed costs beside its empty poll (a row of the reads' table): held requests, an initial sync. */
+async function benchSync(environment: NodeJS.ProcessEnv): Promise<number> {
+  const env = { ...environment, PLAYBOOK_RATE_LIMIT_MAX: '1000000000' };
+  console.log('held sync requests:');
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-bench-held-'));
+  let failures = 0;
+  try {
+    failures += await benchHeldRequests(env, dataDir);
+  } finally {
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  }
+  console.log('initial sync of 100,000 resources:');
+  return failures + (await benchInitialSync(env));
+}
+
+/** The read path against its floor, and what metrics and another account's writes cost it. */
+async function benchReads(): Promise<number> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-bench-'));
   const { LOG_LEVEL: _shipsWithDefault, ...inherited } = process.env;
   const env = {
@@ -351,7 +338,6 @@ async function againstTheFloor(): Promise<number> {
       row(['request', 'req/s', 'p50 ms', 'p99 ms', 'floor', 'p50 ms', 'p99 ms', 'ratio', 'verdict'], widths),
     );
     for (const [index, scenario] of scenarios.entries()) {
-      if (!selected(scenario.name)) continue;
       const url = `${service}${scenario.path}`;
       const load = { connections: CONNECTIONS, headers: { ...headers, ...scenario.headers } };
       const [floorUrl, floorLoad] = scenario.versusMetricsOff

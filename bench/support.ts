@@ -10,7 +10,8 @@ import path from 'node:path';
 import { type PostgresServer, startPostgres } from '../test/helpers/servers.js';
 
 export const ROOT = path.resolve(import.meta.dirname, '..', '..');
-export const CLI = path.join(ROOT, 'dist', 'cli', 'main.js');
+/** The built command line; BENCH_CLI names another build's (a baseline to measure against). */
+export const CLI = process.env.BENCH_CLI ?? path.join(ROOT, 'dist', 'cli', 'main.js');
 
 function onPath(command: string): boolean {
   return spawnSync('sh', ['-c', `command -v ${command}`], { stdio: 'ignore' }).status === 0;

@@ -3,11 +3,14 @@ import type { ListPositions } from '../catalog/read-repository.js';
 import type { FollowedChanges } from '../changes/change-follower.js';
 import { ALWAYS_TRUSTED, type Trust } from '../changes/memory-trust.js';
 import { Answer, type ReadAnswer } from '../http/answer.js';
+import { SharedStream } from '../http/shared-stream.js';
 import { type CountedSeries, Metrics } from '../observability/metrics.js';
 import type { AnswerKey } from './answer-keys.js';
 
 /** What a lazy answer is counted as: its row and closure, not its body, which it does not hold. */
 const LAZY_ANSWER_BYTES = 1024;
+/** An answer held whole takes at most this part of the budget (`share`). */
+const ANSWER_SHARES = 16;
 /** What a key and an entry cost beyond the answer's bytes. */
 const ENTRY_OVERHEAD_BYTES = 128;
 
@@ -64,7 +67,7 @@ export class AnswerCache {
    *   change log has been followed again, when a held answer may miss a change made meanwhile.
    */
   constructor(
-    maxBytes: number,
+    private readonly maxBytes: number,
     metrics: Metrics = new Metrics(),
     private readonly trust: Trust = ALWAYS_TRUSTED,
   ) {
@@ -77,6 +80,15 @@ export class AnswerCache {
             sizeCalculation: (entry, key) => ENTRY_OVERHEAD_BYTES + key.length * 2 + bytesOf(entry.answer),
           })
         : undefined;
+  }
+
+  /**
+   * The most one answer may hold to be kept whole: a share of the budget, so that one large answer
+   * never pushes out most of the others. A larger one is written as it is read each time it is asked
+   * for (its validator and what makes it are kept instead, `SharedStream`).
+   */
+  get share(): number {
+    return this.maxBytes / ANSWER_SHARES;
   }
 
   get(key: AnswerKey): ReadAnswer | undefined {
@@ -169,7 +181,7 @@ export class AnswerCache {
 
   /**
    * What the change follower learned: the namespaces of changes that decide answers (Catalogs,
-   * Resources, an account's plan) are dropped; key events decide none. When the follower could not
+   * Resources, an account's plan) are dropped; key and webhook endpoint events decide none. When the follower could not
    * say what changed, everything is.
    */
   follow(followed: FollowedChanges): void {
@@ -179,7 +191,9 @@ export class AnswerCache {
     }
     const touched = new Set<string>();
     for (const change of followed.changes) {
-      if (!change.type.startsWith('api_key.')) touched.add(change.namespace);
+      if (!change.type.startsWith('api_key.') && !change.type.startsWith('webhook_endpoint.')) {
+        touched.add(change.namespace);
+      }
     }
     this.drop(touched);
   }
@@ -205,5 +219,6 @@ export class AnswerCache {
 }
 
 function bytesOf(answer: ReadAnswer): number {
-  return answer instanceof Answer ? answer.bytes : LAZY_ANSWER_BYTES;
+  if (answer instanceof Answer) return answer.bytes;
+  return answer instanceof SharedStream ? answer.heldBytes : LAZY_ANSWER_BYTES;
 }

@@ -1,8 +1,15 @@
 import type { Principal } from '../auth/principal.js';
 import { type Audience, audienceOf, callerAudience, type Seen } from '../catalog/audience.js';
-import type { PageOf, PlaybookService, PositionsMemo, VersionRead } from '../catalog/playbook-service.js';
+import type {
+  CatalogsPage,
+  PageOf,
+  PlaybookService,
+  PositionsMemo,
+  VersionRead,
+} from '../catalog/playbook-service.js';
 import { pageOf } from '../foundation/paging.js';
 import { Answer, type LazyAnswer, type ReadAnswer, tagOf } from '../http/answer.js';
+import { blocksOf, compressLikeStream, SharedStream } from '../http/shared-stream.js';
 import type {
   Catalog,
   CatalogParams,
@@ -17,6 +24,46 @@ import type {
 } from '../schemas/playbook.js';
 import type { AnswerCache } from './answer-cache.js';
 import { type AnswerKey, answerKey, setKey } from './answer-keys.js';
+
+/** What a pin takes in the list's text, about: its size decides whether a page is held whole. */
+const PIN_BYTES = 220;
+/**
+ * A page smaller than this is made whole even when it will not be kept (a budget of 0): it costs
+ * little, and is compressed only from 1 KiB (D19), which a body written as it is read cannot know.
+ */
+const STREAMED_FROM_BYTES = 256 * 1024;
+/** Where a current version's pins go in the text of a page written with none. */
+const EMPTY_PINS = '"resourcePins":[]';
+const PINS_NAME = '"resourcePins":';
+
+/**
+ * The text of a page of Catalogs cut where each current version's pins go, in order: `count` places,
+ * `count + 1` pieces. Facets have known keys and strings escape their quotes, so the name appears
+ * nowhere else in the text.
+ */
+function piecesAround(text: string, count: number): string[] {
+  const pieces: string[] = [];
+  let from = 0;
+  for (let i = 0; i < count; i++) {
+    const at = text.indexOf(EMPTY_PINS, from);
+    if (at < 0) throw new Error('a current version of the page has no pins in its text');
+    pieces.push(text.slice(from, at + PINS_NAME.length));
+    from = at + EMPTY_PINS.length;
+  }
+  if (text.indexOf(EMPTY_PINS, from) >= 0) throw new Error('the page has pins of no current version');
+  pieces.push(text.slice(from));
+  return pieces;
+}
+
+/** A page's text with each version's stored pins in their place, as the pins are read. */
+async function* catalogsText(pieces: readonly string[], page: CatalogsPage): AsyncGenerator<string> {
+  const pinsOf = page.readPins();
+  for (const [index, versionId] of page.versionIds.entries()) {
+    yield pieces[index]!;
+    yield* pinsOf(versionId);
+  }
+  yield pieces.at(-1)!;
+}
 
 /** The route's own response serializer for one shape (Fastify compiles it from the route's schema). */
 export type Serialize<T> = (value: T) => string;
@@ -53,8 +100,37 @@ export class ReadAnswers {
       pageSize,
     );
     return (
-      this.answers.get(key) ?? this.load(key, () => this.reads.listCatalogs(principal, query), serialize)
+      this.answers.get(key) ??
+      this.answers.once(key, async () => {
+        const ticket = this.answers.ticket();
+        const seen = await this.reads.catalogsPage(principal, query);
+        return this.keep(key, await this.catalogsAnswer(seen.value, serialize), ticket, seen.namespaces);
+      })
     );
+  }
+
+  /**
+   * The answer of a page of Catalogs, written from the page's text with its pins left empty and each
+   * version's pins read into it where they belong. Its validator is that text's digest: it names every
+   * current version by id, and a version's pins never change. A page that fits a share of the budget is
+   * made whole and kept as any answer is; a larger one (a Catalog of 100,000 Resources pins 20 MB) is
+   * written as it is read for each request, never held whole (D30).
+   */
+  private async catalogsAnswer(
+    page: CatalogsPage,
+    serialize: Serialize<PageOf<Catalog>>,
+  ): Promise<Answer | SharedStream> {
+    const text = serialize(page.page);
+    const tag = tagOf(text);
+    const pieces = piecesAround(text, page.versionIds.length);
+    const body = () => blocksOf(catalogsText(pieces, page));
+    const size = Buffer.byteLength(text) + page.pinCount * PIN_BYTES;
+    if (size > Math.max(this.answers.share, STREAMED_FROM_BYTES)) {
+      return new SharedStream(tag, text.length * 2, body);
+    }
+    const blocks: Buffer[] = [];
+    for await (const block of body()) blocks.push(block);
+    return new Answer(Buffer.concat(blocks), tag, compressLikeStream);
   }
 
   listResources(
@@ -195,7 +271,8 @@ export class ReadAnswers {
       const ticket = this.answers.ticket();
       const seen = await read(ticket);
       const key = keyFor ? keyFor(seen.audience) : loadKey;
-      return this.keep(key, Answer.json(serialize(seen.value)), ticket, seen.namespaces);
+      // One object's answer is validated by its version tag, so that its ETag names it to a write (D29).
+      return this.keep(key, Answer.json(serialize(seen.value), seen.tag), ticket, seen.namespaces);
     });
   }
 

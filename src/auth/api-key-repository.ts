@@ -75,14 +75,26 @@ export async function revokeApiKey(db: Db, keyId: string, at: string): Promise<b
   return result.numUpdatedRows > 0n;
 }
 
-/** Brings a key's expiry forward to `at` (never later than it was): the old key of a roll (D22). */
-export async function expireApiKeyBy(db: Db, keyId: string, at: string): Promise<void> {
-  await db
+/**
+ * The old key of a roll (D22, D29): it names its successor, and its expiry comes forward to `at`
+ * (never later than it was). Only a key without a successor is marked; false when it had one.
+ */
+export async function markRolled(db: Db, keyId: string, successor: string, at: string): Promise<boolean> {
+  const result = await db
     .updateTable('api_keys')
-    .set({ expires_at: at })
+    .set((eb) => ({
+      replaced_by: successor,
+      expires_at: eb
+        .case()
+        .when(eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', at)]))
+        .then(at)
+        .else(eb.ref('expires_at'))
+        .end(),
+    }))
     .where('id', '=', keyId)
-    .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', at)]))
-    .execute();
+    .where('replaced_by', 'is', null)
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
 }
 
 /**

@@ -7,6 +7,7 @@ import {
   ConflictError,
   ForbiddenError,
   InputError,
+  KeyAlreadyRolledError,
   LimitError,
   NotFoundError,
 } from '../foundation/errors.js';
@@ -60,6 +61,7 @@ export function toApiKey(row: ApiKeyRow, pendingLastUsed?: string): ApiKey {
     ...(row.expires_at === null ? {} : { expiresAt: row.expires_at }),
     ...(lastUsedAt === null ? {} : { lastUsedAt }),
     ...(row.revoked_at === null ? {} : { revokedAt: row.revoked_at }),
+    ...(row.replaced_by === null ? {} : { replacedBy: row.replaced_by }),
   };
 }
 
@@ -113,7 +115,9 @@ export class ApiKeyService {
   /**
    * Rolls a key (D22): a new key of the same name, account and scopes, while the old one keeps working
    * for `overlapSeconds` and then expires. A key of an account the user may not act for is 404; a
-   * revoked or expired key cannot be rolled (409): it has nothing left to hand over.
+   * key is rolled once (D29): one that already has a successor is 409 naming it, so that two rolls at
+   * once (a retried request, two jobs) leave one successor, not two live keys; a revoked or expired
+   * key cannot be rolled (409): it has nothing left to hand over.
    */
   async rollFor(user: KeyManager, keyId: string, overlapSeconds: number): Promise<CreatedApiKey> {
     return this.rollAs(userActing(user), keyId, overlapSeconds);
@@ -138,8 +142,10 @@ export class ApiKeyService {
       );
       // The old key stays counted while it overlaps: one roll may go one past the cap, never two.
       await this.insertWithinCap(trx, minted.row, 1, () => {
-        // Read again under the account's lock: a revocation that raced this roll is seen here.
+        // Read again under the account's lock, where writers take turns: a roll or a revocation that
+        // raced this one is seen here.
         return repo.findApiKey(trx, keyId).then((current) => {
+          if (current?.replaced_by) throw new KeyAlreadyRolledError(current.replaced_by);
           if (current?.revoked_at !== null) {
             throw new ConflictError('the API key is revoked; create a new key instead', 'key_inactive');
           }
@@ -148,7 +154,12 @@ export class ApiKeyService {
           }
         });
       });
-      await repo.expireApiKeyBy(trx, keyId, new Date(now + overlapSeconds * 1000).toISOString());
+      const expiresAt = new Date(now + overlapSeconds * 1000).toISOString();
+      if (!(await repo.markRolled(trx, keyId, minted.row.id, expiresAt))) {
+        // Not while writers take turns (checked above); were they ever not to, the row still says no.
+        const current = await repo.findApiKey(trx, keyId);
+        throw new KeyAlreadyRolledError(current!.replaced_by!);
+      }
       await write.append([
         keyChange(old, 'api_key.rolled', `API key ${keyId} rolled; replaced by ${minted.row.id}`),
       ]);
@@ -178,6 +189,7 @@ export class ApiKeyService {
       expires_at: input.expiresAt ?? null,
       revoked_at: null,
       last_used_at: null,
+      replaced_by: null,
     };
     return { row, created: { ...toApiKey(row), key } };
   }

@@ -147,13 +147,10 @@ function gettingStarted(config: Config, address: string): string[] {
       `Access tokens are verified with ${config.jwt.jwksUrl}; create API keys with POST ${address}/v3/identity/api-keys`,
     ];
   }
-  const body = `{"name":"first key","accountId":"demo","scopes":["playbook:read"]}`;
   return [
     `Playbook (${config.environment}) is serving on ${address}; API documentation at ${address}/docs`,
-    'First steps, with the embedded dev token signer:',
-    '  TOKEN=$(npx playbook token --user you --account demo)',
-    `  curl -s -X POST ${address}/v3/identity/api-keys -H "Authorization: Bearer $TOKEN" \\`,
-    `       -H 'content-type: application/json' -d '${body}'`,
-    `  curl -s ${address}/v3/playbook/catalogs -H "x-api-key: <the key from that answer>"`,
+    `First steps, in a second terminal in this folder (guides at ${address}/docs/guides):`,
+    '  export PLAYBOOK_API_KEY=$(npx playbook keys create --account demo --name "first key" --scope playbook:read)',
+    `  curl -s ${address}/v3/playbook/catalogs -H "x-api-key: $PLAYBOOK_API_KEY"`,
   ];
 }

@@ -26,6 +26,11 @@ export interface Seen<T> {
   readonly value: T;
   readonly audience: Audience | null;
   readonly namespaces: readonly string[];
+  /**
+   * The version tag of the one object a write can name (object-tags.ts), when the value is one: the
+   * validator of its answers, so that their ETag is a valid If-Match for its writes (D29).
+   */
+  readonly tag?: string;
 }
 
 /**

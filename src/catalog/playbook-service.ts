@@ -33,6 +33,7 @@ import {
   toVersionDetail,
   toVersionSummary,
 } from './mappers.js';
+import { type CatalogTagRow, catalogTag, resourceTag } from './object-tags.js';
 import * as repo from './read-repository.js';
 import { planAllows } from './visibility.js';
 
@@ -57,6 +58,35 @@ export interface PositionsMemo {
 }
 
 const NO_MEMO: PositionsMemo = { held: () => undefined, keep: () => {} };
+
+/** Characters of a version's pins read at once by the first read of a page: every small one whole. */
+const PINS_HEAD_CHARS = 64 * 1024;
+/**
+ * Characters of a large version's pins read per statement after that. Each statement reads the stored
+ * text from its start (SQLite loads the whole value; PostgreSQL decompresses up to the slice), so a
+ * slice is large enough that 20 MB of pins are a score of statements, and small enough to hold.
+ */
+const PINS_SLICE_CHARS = 1024 * 1024;
+
+/**
+ * A page of Catalogs whose pins are read as they are needed: the page with every current version's
+ * `resourcePins` empty, and the stored JSON text of those pins, a slice at a time. A Catalog version
+ * of 100,000 Resources pins 20 MB of text, which a whole page would hold at once.
+ */
+export interface CatalogsPage {
+  /** The page as the contract shapes it, but with each `currentVersion.resourcePins` left empty. */
+  readonly page: PageOf<Catalog>;
+  /** The ids of the page's current versions, in the page's order. */
+  readonly versionIds: readonly string[];
+  /** Pins they hold in all, as each version counts them. */
+  readonly pinCount: number;
+  /**
+   * A reader of the pins for one pass over the page: the JSON text of a version's pins (`[{…},…]`,
+   * exactly as the contract writes them), in slices; reading stops when the iteration does. A
+   * version's pins never change, so a pass begun long after the page was read reads the same text.
+   */
+  readPins(): (versionId: string) => AsyncGenerator<string>;
+}
 
 /**
  * A Resource Version read without its content: every field of its detail but the content (an empty
@@ -105,6 +135,57 @@ export class PlaybookService {
   }
 
   /**
+   * `listCatalogs` with its pins left in storage until they are read (`CatalogsPage`): what the list's
+   * answer is written from as it is sent.
+   */
+  async catalogsPage(principal: Principal, query: ListCatalogsQuery): Promise<Seen<CatalogsPage>> {
+    const filters: repo.CatalogFilters = { sourceScopes: query.sourceScope, capability: query.capability };
+    const { rows, meta } = await readPage(
+      query,
+      () => repo.countCatalogs(this.db, principal, filters),
+      (window) => repo.listCatalogHeads(this.db, principal, filters, window),
+    );
+    const versionIds = rows.flatMap((row) => row.currentVersion?.id ?? []);
+    const db = this.db;
+    const readPins = () => {
+      // The first slice of every version in one statement (the whole of most), the rest of a large one
+      // as it is asked for; each is let go once yielded.
+      let heads: Promise<Map<string, string>> | undefined;
+      return async function* pinsText(versionId: string): AsyncGenerator<string> {
+        heads ??= repo.readPinsText(db, versionIds, 1, PINS_HEAD_CHARS);
+        const held = await heads;
+        let part = held.get(versionId);
+        if (part === undefined) throw new Error(`version ${versionId} is not of this page`);
+        held.delete(versionId);
+        let from = 1;
+        let chars = PINS_HEAD_CHARS;
+        for (;;) {
+          if (part.length > 0) yield part;
+          if (part.length < chars) return;
+          from += chars;
+          chars = PINS_SLICE_CHARS;
+          part = (await repo.readPinsText(db, [versionId], from, chars)).get(versionId) ?? '';
+        }
+      };
+    };
+    return {
+      value: {
+        page: {
+          data: rows.map((row) =>
+            toCatalog(row.catalog, row.currentVersion && { ...row.currentVersion, pins: '[]' }),
+          ),
+          meta,
+        },
+        versionIds,
+        pinCount: rows.reduce((sum, row) => sum + Number(row.currentVersion?.resource_count ?? 0), 0),
+        readPins,
+      },
+      audience: this.catalogsAudience(principal, query),
+      namespaces: serviceOnly(query) ? [namespaceOf(null)] : viewNamespaces(principal),
+    };
+  }
+
+  /**
    * The audience of what one Catalog's ref names, the Catalog or its list of Resources: a service
    * Catalog's are the same for all.
    */
@@ -112,7 +193,10 @@ export class PlaybookService {
     return params.owner === 'svc' ? null : accountView(principal);
   }
 
-  /** One Catalog by its human ref `owner/slug` (D29), as the list shows it. */
+  /**
+   * One Catalog by its human ref `owner/slug` (D29), as the list shows it, validated by its version
+   * tag: the ETag of its answer is a valid If-Match for the Catalog's writes.
+   */
   async getCatalog(principal: Principal, params: CatalogParams): Promise<Seen<Catalog>> {
     const row = await repo.findCatalogByRef(this.db, principal, params.owner, params.catalogSlug);
     if (!row) throw new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`);
@@ -120,6 +204,7 @@ export class PlaybookService {
       value: toCatalog(row.catalog, row.currentVersion),
       audience: this.catalogAudience(principal, params),
       namespaces: [namespaceOf(row.catalog.account_id)],
+      tag: await this.catalogTag(row.catalog),
     };
   }
 
@@ -175,12 +260,24 @@ export class PlaybookService {
   private async detailOf(principal: Principal, row: repo.ResourceDetailRow): Promise<Seen<ResourceDetail>> {
     this.checkPlan(principal, row.catalogAccountId, row.resource.facets);
     const { content_hash, storage_backend } = row.currentVersion;
-    const content = await this.content.read(storage_backend, content_hash);
+    const content =
+      typeof row.storedContent === 'string'
+        ? this.content.checked(storage_backend, content_hash, row.storedContent)
+        : await this.content.read(storage_backend, content_hash);
     return {
       value: toResourceDetail(row, content),
       audience: audienceOf(principal, row.catalogAccountId),
       namespaces: [namespaceOf(row.catalogAccountId)],
+      tag: resourceTag(row.resource, row.currentVersion),
     };
+  }
+
+  /**
+   * The version tag of a Catalog (object-tags.ts), read now: what an answer of the Catalog alone is
+   * validated by, so that its ETag is a valid If-Match for the Catalog's writes (D29).
+   */
+  catalogTag(catalog: CatalogTagRow): Promise<string> {
+    return catalogTag(catalog, repo.resourceStatesOf(this.db, catalog.id));
   }
 
   async listVersions(

@@ -11,6 +11,7 @@ import type {
 import type { PageWindow } from '../foundation/paging.js';
 import type { SourceScope } from '../schemas/common.js';
 import type { ResourceKind } from '../schemas/playbook.js';
+import type { ResourceStateRow } from './object-tags.js';
 import {
   catalogVisibleTo,
   currentVersionVisible,
@@ -77,6 +78,12 @@ export const CATALOG_VERSION_COLUMNS = [
   'published_at',
 ] as const satisfies readonly (keyof CatalogVersionRow)[];
 export type CurrentCatalogVersionRow = Pick<CatalogVersionRow, (typeof CATALOG_VERSION_COLUMNS)[number]>;
+
+/** A current version's columns but its pins, which are read apart (`readPinsText`). */
+const CATALOG_VERSION_HEAD_COLUMNS = CATALOG_VERSION_COLUMNS.filter(
+  (column): column is Exclude<(typeof CATALOG_VERSION_COLUMNS)[number], 'pins'> => column !== 'pins',
+);
+export type CatalogVersionHeadRow = Omit<CurrentCatalogVersionRow, 'pins'>;
 
 /** A Catalog, with its current version (pins included) when it has one. */
 export interface CatalogListRow {
@@ -150,6 +157,61 @@ function catalogListRow(row: CatalogRow & Record<`cv_${string}`, unknown>): Cata
   };
 }
 
+/** A Catalog of a list, with its current version but not that version's pins. */
+export interface CatalogHeadRow {
+  readonly catalog: CatalogRow;
+  readonly currentVersion: CatalogVersionHeadRow | undefined;
+}
+
+/**
+ * `listCatalogs` without the pins: a page of Catalogs whose current versions pin 100,000 Resources
+ * is a few rows here, and the pins, tens of megabytes of text, are read a slice at a time as they are
+ * sent (`readPinsText`).
+ */
+export async function listCatalogHeads(
+  db: Db,
+  principal: Principal,
+  filters: CatalogFilters,
+  window: PageWindow,
+): Promise<CatalogHeadRow[]> {
+  const rows = await filteredCatalogs(db, principal, filters)
+    .leftJoin('catalog_versions as cv', 'cv.id', 'catalogs.current_version_id')
+    .selectAll('catalogs')
+    .select(prefixed('cv', CATALOG_VERSION_HEAD_COLUMNS))
+    .orderBy(sql`case when catalogs.account_id is null then 0 else 1 end`)
+    .orderBy('catalogs.slug')
+    .offset(window.offset)
+    .limit(window.limit)
+    .execute();
+  return rows.map((row) => ({
+    catalog: pick(row, CATALOG_COLUMNS),
+    currentVersion:
+      row.cv_id === null
+        ? undefined
+        : unprefixed<CatalogVersionHeadRow>(row, 'cv', CATALOG_VERSION_HEAD_COLUMNS),
+  }));
+}
+
+/**
+ * Characters `from` (1-based) to `from + chars - 1` of the stored JSON text of Catalog versions' pins,
+ * by version id; a text shorter than that ends the slice. A version's pins never change once written,
+ * so slices read at different times fit together.
+ */
+export async function readPinsText(
+  db: Db,
+  versionIds: readonly string[],
+  from: number,
+  chars: number,
+): Promise<Map<string, string>> {
+  if (versionIds.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('catalog_versions')
+    .select((eb) => ['id', eb.fn<string>('substr', ['pins', eb.val(from), eb.val(chars)]).as('part')])
+    .where('id', 'in', [...versionIds])
+    .execute();
+  return new Map(rows.map((row) => [row.id, row.part]));
+}
+
 /** The Catalog a list of Resources names, found visible to the caller: its id, whose it is, its slug. */
 export interface VisibleCatalog {
   readonly id: string;
@@ -208,6 +270,31 @@ export async function findCatalogByRef(
   return row && catalogListRow(row);
 }
 
+/** Resources read per page for a Catalog's tag: a statement of its own, and a turn between pages. */
+const STATE_PAGE = 1000;
+
+/**
+ * The state of each of a Catalog's Resources, in slug order, a page at a time: what its tag digests
+ * (object-tags.ts). Read along the (catalog, slug) key, so that a Catalog of 100,000 Resources is a
+ * hundred short statements, never one that holds the event loop.
+ */
+export async function* resourceStatesOf(db: Db, catalogId: string): AsyncGenerator<ResourceStateRow[]> {
+  let after: string | undefined;
+  for (;;) {
+    const rows = await db
+      .selectFrom('resources')
+      .select(['slug', 'id', 'status', 'current_version_id', 'updated_at'])
+      .where('catalog_id', '=', catalogId)
+      .$if(after !== undefined, (query) => query.where('slug', '>', after as string))
+      .orderBy('slug')
+      .limit(STATE_PAGE)
+      .execute();
+    if (rows.length > 0) yield rows;
+    if (rows.length < STATE_PAGE) return;
+    after = rows[rows.length - 1]!.slug;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Resources
 
@@ -255,6 +342,11 @@ export interface ResourceListRow {
 /** A Resource detail's row: its current version always there, with its manifest. */
 export interface ResourceDetailRow extends ResourceListRow {
   readonly currentVersion: VersionDetailRow;
+  /**
+   * The content, when the database holds it (`database-text`), read by the same statement: a cold
+   * read of a detail is one statement. Not yet checked against its hash (D12).
+   */
+  readonly storedContent?: string | null;
 }
 
 /** The Resources of one visible Catalog that its owner's callers see, optionally of some kinds only. */
@@ -402,9 +494,13 @@ async function resourceDetail(
     .innerJoin('resource_versions as v', (on) =>
       on.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisible),
     )
+    .leftJoin('content_blobs as cb', (on) =>
+      on.onRef('cb.content_hash', '=', 'v.content_hash').on('v.storage_backend', '=', 'database-text'),
+    )
     .selectAll('resources')
     .select(['catalogs.account_id as catalog_account_id', 'catalogs.slug as catalog_slug'])
     .select(prefixed('v', VERSION_DETAIL_COLUMNS))
+    .select('cb.body as stored_content')
     .where(which)
     .where(resourceVisibleTo(principal))
     .executeTakeFirst();
@@ -414,6 +510,7 @@ async function resourceDetail(
     catalogAccountId: row.catalog_account_id,
     catalogSlug: row.catalog_slug,
     currentVersion: unprefixed<VersionDetailRow>(row, 'v', VERSION_DETAIL_COLUMNS),
+    storedContent: row.stored_content,
   };
 }
 

@@ -15,7 +15,7 @@ export { CHANGE_TYPES };
 
 export type ChangeType = (typeof CHANGE_TYPES)[number];
 
-export type TargetKind = 'catalog' | 'resource' | 'api_key' | 'account';
+export type TargetKind = 'catalog' | 'resource' | 'api_key' | 'account' | 'webhook_endpoint';
 
 /** The namespace of service-owned Catalogs; every other namespace is an account id (never `svc`). */
 export const SERVICE_NAMESPACE = SERVICE_OWNER;
@@ -24,7 +24,9 @@ export const SERVICE_NAMESPACE = SERVICE_OWNER;
 export type ChangeActor =
   | { readonly type: 'api-key' | 'user'; readonly id: string }
   | { readonly type: 'operator' }
-  | { readonly type: 'leak-report'; readonly id?: string };
+  | { readonly type: 'leak-report'; readonly id?: string }
+  /** The service itself: a webhook endpoint disabled after failing for days (D28). */
+  | { readonly type: 'service' };
 
 /** A change as a write states it; the unit of work adds when, who and the request. */
 export interface NewChange {
@@ -136,8 +138,8 @@ export async function readChangesAfter(db: Db, after: number, limit: number): Pr
 
 export function toChange(row: ChangeRow): Change {
   const actor: ChangeActor =
-    row.actor_type === 'operator'
-      ? { type: 'operator' }
+    row.actor_type === 'operator' || row.actor_type === 'service'
+      ? { type: row.actor_type }
       : row.actor_type === 'leak-report'
         ? { type: 'leak-report', ...(row.actor_id === null ? {} : { id: row.actor_id }) }
         : { type: row.actor_type, id: row.actor_id ?? '' };

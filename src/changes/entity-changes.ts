@@ -5,7 +5,7 @@ import type { Db } from '../db/tables.js';
  * The change log read by entity (the sync feed, D27): which Catalogs and Resources of some namespaces
  * changed within a stretch of the log, each once, at its last change there. The stretch is
  * `(from, upto]`: `upto` is a head read before, so that every page of one answer reads the same log.
- * Migration 0008 indexes the log by target and `seq` for these.
+ * Migration 0011 indexes the log by target and `seq` for these.
  */
 
 /** A Catalog or Resource at its last change within a stretch of the log. */

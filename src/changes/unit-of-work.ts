@@ -22,7 +22,8 @@ export type WriteName =
   | 'key-create'
   | 'key-roll'
   | 'key-revoke'
-  | 'account-set';
+  | 'account-set'
+  | 'webhook-endpoint';
 
 /** What a write works with inside its transaction. */
 export interface WriteScope {
@@ -33,6 +34,21 @@ export interface WriteScope {
   /** Appends changes to the log now, in this transaction (a large write appends a batch at a time). */
   append(changes: readonly NewChange[]): Promise<void>;
 }
+
+/** Changes a write has just appended, in its transaction: their `seq` run from `firstSeq` to `lastSeq`. */
+export interface AppendedChanges {
+  readonly firstSeq: number;
+  readonly lastSeq: number;
+  readonly changes: readonly NewChange[];
+  readonly context: ChangeContext;
+}
+
+/**
+ * What else must be written with changes, in the same transaction, after each append (an outbox: the
+ * webhook deliveries they make due). A failure fails the write, so there is nothing of one without
+ * the other.
+ */
+export type AppendHook = (trx: Db, appended: AppendedChanges) => Promise<void>;
 
 /** Who asks for a write. */
 export interface Writer {
@@ -62,6 +78,8 @@ export interface UnitOfWorkOptions {
   readonly queueWaitMs?: number;
   /** Where transactions and changes are counted (D25). */
   readonly metrics?: Metrics;
+  /** Writes made with every append, in its transaction (see `AppendHook`). */
+  readonly afterAppend?: readonly AppendHook[];
 }
 
 const DEFAULT_ATTEMPTS = 6;
@@ -173,7 +191,9 @@ export class UnitOfWork {
             context,
             append: async (changes) => {
               if (changes.length === 0) return;
-              await appendChanges(trx, context, changes);
+              const lastSeq = await appendChanges(trx, context, changes);
+              const appendedNow = { firstSeq: lastSeq - changes.length + 1, lastSeq, changes, context };
+              for (const hook of this.options.afterAppend ?? []) await hook(trx, appendedNow);
               for (const { type } of changes) appended.set(type, (appended.get(type) ?? 0) + 1);
             },
           };

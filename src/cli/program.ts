@@ -20,6 +20,7 @@ import { registerPublishCommand } from './publish.js';
 import { registerPullCommand } from './pull.js';
 import { registerServeCommand } from './serve.js';
 import { registerTokenCommand } from './token.js';
+import { registerWebhooksCommand } from './webhooks.js';
 
 /** Exit codes of D14. */
 const EXIT_FAILURE = 1;
@@ -173,6 +174,7 @@ export function buildProgram(context: CliContext): Command {
     registerPullCommand,
     registerAuditCommand,
     registerGetCommand,
+    registerWebhooksCommand,
   ]) {
     register(program, context);
   }

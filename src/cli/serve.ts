@@ -44,6 +44,7 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
         keys: services.identity.keys,
         audit: services.audit,
         ...(services.sync ? { sync: services.sync } : {}),
+        webhooks: services.webhooks,
         publish: {
           service: services.publish,
           maxBodyBytes: config.maxPublishBytes,
@@ -79,6 +80,8 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
       }
       // From here on, a write made by any process (another instance, `playbook import`) shows here, through the change log.
       await services.follower.start();
+      // A deployment key that cannot be had (PostgreSQL without one configured) stops the start here.
+      await services.deploymentKeys();
 
       let stopping = false;
       const shutdown = (signal: string) => {
@@ -128,6 +131,9 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
         host: options.host ?? config.host,
       });
       if (!stopping) instance.state = 'serving';
+      // D28: webhook deliveries are made by every instance, off the request path, once it has started
+      // (attempts made while it still starts would be timed by a busy event loop).
+      if (!stopping) services.webhookDispatcher.start();
       for (const line of services.gettingStarted(address)) context.stderr.write(`${line}\n`);
       if (metrics) context.stderr.write(`Metrics for Prometheus: ${metrics.address}/metrics\n`);
     });

@@ -30,9 +30,11 @@ import { type InstanceState, operationsRoutes, type ReadinessCheck } from '../ro
 import { playbookRoutes } from '../routes/playbook.js';
 import { publishRoutes } from '../routes/publish.js';
 import { syncRoutes } from '../routes/sync.js';
+import { webhookRoutes } from '../routes/webhooks.js';
 import { REQUEST_ID_PATTERN } from '../schemas/common.js';
 import type { HeldRequests } from '../sync/held-requests.js';
 import type { SyncFeed } from '../sync/sync-feed.js';
+import type { WebhookEndpoints } from '../webhooks/webhook-endpoints.js';
 import { documentation } from './documentation.js';
 import { requestPipeline } from './request-pipeline.js';
 
@@ -60,6 +62,8 @@ export interface AppDependencies {
    * closes; an app built without it has no sync route.
    */
   readonly sync?: { readonly feed: SyncFeed; readonly held?: HeldRequests };
+  /** D28: webhook endpoints at `/v3/identity/webhook-endpoints`; an app built without them has none. */
+  readonly webhooks?: WebhookEndpoints;
   /** D22: verifies leak reports' signatures; without it, leak reports answer 501. */
   readonly leakSignatures?: LeakReportSignatures;
   readonly readiness: readonly ReadinessCheck[];
@@ -207,6 +211,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     leakReports: deps.leakSignatures !== undefined,
     // Told by the authenticator that verifies the tokens, so that no composition can describe other keys.
     tokenKeys: deps.authenticator.tokenKeys ?? 'embedded',
+    webhooks: deps.webhooks !== undefined,
   });
   const docs = deps.docs;
   let rendering: Promise<DocsSite> | undefined;
@@ -235,6 +240,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     };
     await app.register(identityRoutes(deps.keys, options));
   }
+  if (deps.webhooks) await app.register(webhookRoutes(deps.webhooks));
 
   return app;
 }

@@ -1,17 +1,37 @@
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fastifyPlugin from 'fastify-plugin';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
-import { type Authenticator, authenticationCounts, authHook } from '../auth/authenticator.js';
+import {
+  type Authenticator,
+  authenticationCounts,
+  authHook,
+  type CredentialPolicy,
+} from '../auth/authenticator.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
-import { InputError, MethodNotAllowedError, NotFoundError, UnavailableError } from '../foundation/errors.js';
+import {
+  InputError,
+  MethodNotAllowedError,
+  NotAcceptableError,
+  NotFoundError,
+  UnavailableError,
+  UnsupportedMediaTypeError,
+} from '../foundation/errors.js';
 import { CREDENTIAL_PARAMETERS, redactCredentials, redactUrl } from '../foundation/redact-url.js';
+import { answersAcceptable } from '../http/acceptable.js';
 import { installAccessLog } from '../http/access-log.js';
 import { closeAfterAnswer } from '../http/connection-close.js';
 import { jsonBodyParser } from '../http/json-body.js';
-import { answerUnmetExpectation, handleError, writeRawProblem } from '../http/problem.js';
+import {
+  API_KEY_CHALLENGE,
+  answerUnmetExpectation,
+  BEARER_CHALLENGE,
+  DEFAULT_RETRY_AFTER_S,
+  handleError,
+  writeRawProblem,
+} from '../http/problem.js';
 import { queryHooks } from '../http/query.js';
 import type { Metrics } from '../observability/metrics.js';
 import { type Tracing, traceRequests } from '../observability/tracing.js';
@@ -71,6 +91,35 @@ function missingHost(request: IncomingMessage): InputError | undefined {
   return InputError.of('header', 'host', 'is required in HTTP/1.1');
 }
 
+/** The challenges of a 401 (RFC 9110 §11.6.1): one per credential the route takes. */
+const CHALLENGES: Record<CredentialPolicy, readonly string[]> = {
+  'api-key-or-token': [API_KEY_CHALLENGE, BEARER_CHALLENGE],
+  'access-token': [BEARER_CHALLENGE],
+};
+
+/** Routes that answer pages for people (HTML, scripts, styles), not JSON: `Accept` is theirs to weigh. */
+const PAGES = '/docs';
+
+/**
+ * D29: what HTTP defines before a body is read. A request that accepts no answer the API can give
+ * is 406, and one whose body is content-coded (the service decodes none) 415 (RFC 9110 §15.5.16).
+ */
+function unanswerable(request: FastifyRequest): Error | undefined {
+  const route = request.routeOptions.url;
+  if (route !== undefined && !route.startsWith(PAGES) && !answersAcceptable(request.headers.accept)) {
+    return new NotAcceptableError(
+      'Accept rules out every answer of this operation: it answers application/json, and application/problem+json when it fails.',
+    );
+  }
+  const coding = request.headers['content-encoding'];
+  if (coding !== undefined && coding.trim().toLowerCase() !== 'identity') {
+    return new UnsupportedMediaTypeError(
+      'The service takes request bodies without a content coding: send the JSON itself.',
+    );
+  }
+  return undefined;
+}
+
 /**
  * How every request is handled, whatever its route (a plugin on the root context, so that its hooks
  * apply to every route): JSON bodies, the request's span, the access line, problem documents for every
@@ -80,7 +129,8 @@ async function pipeline(fastify: FastifyInstance, options: RequestPipelineOption
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const deps = options;
   const { timeouts } = options;
-  app.removeContentTypeParser('application/json');
+  // JSON only (D29): a body of any other media type, or of none, is 415 before any of it is read.
+  app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
 
   // First of the hooks, so that everything a request does happens inside its span.
@@ -102,8 +152,12 @@ async function pipeline(fastify: FastifyInstance, options: RequestPipelineOption
   // request: the name the access line and the metrics give it, its credential and scope (D7, D10),
   // and the query checks of D3 where it takes a query.
   app.addHook('onRoute', (route) => {
-    route.config = { ...route.config, operation: route.schema?.operationId ?? route.url };
-    const needs = route.config.auth;
+    const needs = route.config?.auth;
+    route.config = {
+      ...route.config,
+      operation: route.schema?.operationId ?? route.url,
+      challenges: route.config?.challenges ?? CHALLENGES[needs?.policy ?? 'api-key-or-token'],
+    };
     if (needs)
       route.onRequest = [
         ...hooksOf(route.onRequest),
@@ -138,10 +192,18 @@ async function pipeline(fastify: FastifyInstance, options: RequestPipelineOption
     if (draining) done(new UnavailableError('the service is shutting down; retry with backoff'));
     else done(missingHost(request.raw) ?? credentialInQuery(request.query));
   });
+  // Once the credential is known and counted (its answer tells the budget, D10), before the body is read.
+  app.addHook('preParsing', (request, _reply, payload, done) => {
+    done(unanswerable(request) ?? null, payload);
+  });
   // While draining, every answer closes its connection: an idle keep-alive socket would otherwise
   // hold the server open until its timeout.
   app.addHook('onSend', (_request, reply, payload, done) => {
     if (draining) reply.header('connection', 'close');
+    // D29: every 503 says when to come back, whichever part answered it (readiness too).
+    if (reply.statusCode === 503 && !reply.hasHeader('retry-after')) {
+      reply.header('retry-after', String(DEFAULT_RETRY_AFTER_S));
+    }
     // A redirect may repeat the request's URL (the docs' pages do), credential included (D21).
     if (reply.statusCode >= 300 && reply.statusCode < 400) {
       const location = reply.getHeader('location');

@@ -16,7 +16,7 @@ import { DatabaseContentStore } from '../content/database-store.js';
 import { observedStore } from '../content/observed-store.js';
 import type { Databases } from '../db/create-db.js';
 import type { Config } from '../foundation/config.js';
-import type { DeploymentKeys } from '../foundation/deployment-key.js';
+import { type DeploymentKeys, loadDeploymentKeys } from '../foundation/deployment-key.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Observation } from '../observability/observation.js';
 import { PublishService } from '../publish/publish-service.js';
@@ -24,6 +24,8 @@ import type { ReadinessCheck } from '../routes/operations.js';
 import { HeldRequests } from '../sync/held-requests.js';
 import { SyncFeed } from '../sync/sync-feed.js';
 import { SyncTokens } from '../sync/sync-tokens.js';
+import { WebhookDispatcher } from '../webhooks/dispatcher.js';
+import { WebhookEndpoints } from '../webhooks/webhook-endpoints.js';
 import { createStorage, type Dependencies, type StorageOptions } from './storage.js';
 
 /** The long-lived parts every command shares, built once from the configuration. */
@@ -64,6 +66,15 @@ export interface Services {
    * positions); a command that serves nothing needs neither.
    */
   readonly sync: { readonly feed: SyncFeed; readonly held: HeldRequests } | undefined;
+  /**
+   * The deployment's keys (D27, D28), loaded once, on first use: the configured ones, or on SQLite the
+   * data directory's key file. Rejects (a `ConfigError`) on PostgreSQL without a configured key.
+   */
+  deploymentKeys(): Promise<DeploymentKeys>;
+  /** D28: an account's webhook endpoints. */
+  readonly webhooks: WebhookEndpoints;
+  /** D28: makes the deliveries that changes made due; `serve` starts it, `close` stops it. */
+  readonly webhookDispatcher: WebhookDispatcher;
   /** Lines printed when the server starts: how a newcomer gets a token and a key. */
   gettingStarted(address: string): string[];
   close(): Promise<void>;
@@ -80,7 +91,13 @@ export interface ServicesOptions {
   readonly observation?: Observation;
   /** D27: the deployment's keys (loaded once, by the command that serves), which seal sync positions. */
   readonly deploymentKeys?: DeploymentKeys;
+  /** Name resolution of webhook endpoints' hosts (tests give names their own answers). */
+  readonly resolveWebhookHosts?: WebhookDispatcherResolve;
+  /** How often the webhook dispatcher looks for deliveries that fell due with time. */
+  readonly webhookPollMs?: number;
 }
+
+type WebhookDispatcherResolve = NonNullable<ConstructorParameters<typeof WebhookDispatcher>[0]['resolve']>;
 
 /**
  * Composes databases, content stores and services. Opens database connections lazily and Redis's (when
@@ -153,6 +170,40 @@ export function createServices(
     ...(redis ? { revocations: redis.revocations, rateCounter: redis.rateCounter } : {}),
   });
   follower.onChange((followed) => identity.verifier.follow(followed));
+  let keys: Promise<DeploymentKeys> | undefined;
+  const deploymentKeys = () => {
+    keys ??= options.deploymentKeys
+      ? Promise.resolve(options.deploymentKeys)
+      : loadDeploymentKeys({
+          dataDir: config.dataDir,
+          databaseKind: config.database.kind,
+          ...(config.deploymentKeys === undefined ? {} : { keys: config.deploymentKeys }),
+        });
+    return keys;
+  };
+  // D28: deliveries are looked for when a change commits anywhere, as the follower learns of it.
+  const webhooks = new WebhookEndpoints(databases.primary, {
+    writes,
+    keys: deploymentKeys,
+    urls: config.webhooks,
+    ...(options.identity?.now ? { now: options.identity.now } : {}),
+    onDue: () => webhookDispatcher.wake(),
+  });
+  const webhookDispatcher = new WebhookDispatcher({
+    db: databases.primary,
+    // SQLite's reader is never held by a write: looking for what is due does not wait for one.
+    ...(databases.dialect === 'sqlite' ? { probe: databases.reader } : {}),
+    keys: deploymentKeys,
+    endpoints: webhooks,
+    config: config.webhooks,
+    metrics,
+    tracing: observation.tracing,
+    logger,
+    ...(options.identity?.now ? { now: options.identity.now } : {}),
+    ...(options.resolveWebhookHosts ? { resolve: options.resolveWebhookHosts } : {}),
+    ...(options.webhookPollMs === undefined ? {} : { pollMs: options.webhookPollMs }),
+  });
+  follower.onChange(() => webhookDispatcher.wake());
   const sync = options.deploymentKeys
     ? syncFeedOf(config, options.deploymentKeys, databases, follower, metrics)
     : undefined;
@@ -181,9 +232,13 @@ export function createServices(
     identity,
     audit,
     sync,
+    deploymentKeys,
+    webhooks,
+    webhookDispatcher,
     gettingStarted: (address) => identity.gettingStarted(address),
     close: async () => {
       sync?.held.close();
+      await webhookDispatcher.stop();
       unobserve();
       unwatchDatabase();
       trust.close();

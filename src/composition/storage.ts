@@ -10,6 +10,7 @@ import type { Config } from '../foundation/config.js';
 import { DependencyHealth } from '../observability/dependency-health.js';
 import { type Observation, unobserved } from '../observability/observation.js';
 import { connectRedisSharedState, type RedisSharedState } from '../redis/redis-shared-state.js';
+import { enqueueDeliveries } from '../webhooks/outbox.js';
 
 /**
  * What every command stands on: the databases, the object store, Redis when configured, the unit of
@@ -108,6 +109,8 @@ export function createStorage(
     metrics,
     announce: () => follower.announce(),
     ...(options.beforeCommit ? { beforeCommit: options.beforeCommit } : {}),
+    // D28: the webhook deliveries a change makes due are written with it (the outbox).
+    afterAppend: [enqueueDeliveries],
   });
   return {
     config,

@@ -28,7 +28,11 @@ export class ContentReader {
   }
 
   async read(backend: StorageBackend, hash: string): Promise<string> {
-    const content = await this.storeFor(backend).get(hash);
+    return this.checked(backend, hash, await this.storeFor(backend).get(hash));
+  }
+
+  /** `content`, read from `backend` by another way (a statement that reads it with its row), checked. */
+  checked(backend: StorageBackend, hash: string, content: string): string {
     const actual = sha256Hex(content);
     if (actual !== hash) {
       this.options.onIntegrityError?.({ hash, backend, actual });

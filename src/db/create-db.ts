@@ -27,6 +27,9 @@ export interface Databases {
   close(): Promise<void>;
 }
 
+/** The reader connection's page cache, in KiB (SQLite's default is 2 MiB). */
+const READER_CACHE_KIB = 16 * 1024;
+
 function openSqlite(
   file: string,
   role: 'primary' | 'reader',
@@ -45,6 +48,9 @@ function openSqlite(
   connection.pragma('busy_timeout = 5000');
   // The primary's checkpoints are the checkpointer's (sqlite-checkpointer.ts); a reader makes none.
   if (role === 'primary' && file !== ':memory:') connection.pragma('wal_autocheckpoint = 0');
+  // Reads that miss the answers in memory land anywhere in a database of millions of rows: a page
+  // cache that holds the indexes' upper levels saves most of each lookup's reads of the file (D30).
+  if (role === 'reader') connection.pragma(`cache_size = -${READER_CACHE_KIB}`);
   const db = new Kysely<Database>({
     dialect: new SqliteDialect({ database: withStatementCache(connection) }),
     log: timed(role, observation),

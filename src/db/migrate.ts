@@ -6,7 +6,9 @@ import * as byteOrderAndListIndexes from './migrations/0003-byte-order-and-list-
 import * as dataGenerationAndPageIndex from './migrations/0004-data-generation-and-page-index.js';
 import * as auditEvents from './migrations/0005-audit-events.js';
 import * as changeLog from './migrations/0006-change-log.js';
-import * as syncFeed from './migrations/0008-sync-feed.js';
+import * as webhooks from './migrations/0009-webhooks.js';
+import * as keySuccessor from './migrations/0010-key-successor.js';
+import * as syncFeed from './migrations/0011-sync-feed.js';
 import type { Dialect } from './tables.js';
 
 /** A migration of ours: written against no table types, told which dialect it runs on. */
@@ -23,7 +25,9 @@ const migrations: Record<string, DialectMigration> = {
   '0004-data-generation-and-page-index': dataGenerationAndPageIndex,
   '0005-audit-events': auditEvents,
   '0006-change-log': changeLog,
-  '0008-sync-feed': syncFeed,
+  '0009-webhooks': webhooks,
+  '0010-key-successor': keySuccessor,
+  '0011-sync-feed': syncFeed,
 };
 
 /** Brings the schema of the primary database up to date; throws with the failing migration's name. */

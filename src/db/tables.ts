@@ -2,6 +2,7 @@ import type { ColumnType, Insertable, Kysely, Selectable } from 'kysely';
 import type { Environment } from '../schemas/api-key-format.js';
 import type { LifecycleStatus } from '../schemas/common.js';
 import type { ResourceKind, StorageBackend, VersionStatus } from '../schemas/playbook.js';
+import type { WebhookDeliveryStatus, WebhookEndpointStatus } from '../schemas/webhooks.js';
 
 /**
  * Table types, typed by the contract: a column that holds one of the contract's enums has that enum's
@@ -104,6 +105,8 @@ export interface ApiKeyTable {
   expires_at: string | null;
   revoked_at: string | null;
   last_used_at: string | null;
+  /** The key a roll minted to replace this one (D29: a key is rolled once). */
+  replaced_by: string | null;
 }
 
 /**
@@ -129,10 +132,67 @@ export interface ChangeTable {
   target_kind: string;
   target_id: string;
   target_ref: string | null;
-  actor_type: 'api-key' | 'user' | 'operator' | 'leak-report';
+  actor_type: 'api-key' | 'user' | 'operator' | 'leak-report' | 'service';
   actor_id: string | null;
   request_id: string | null;
   summary: string;
+}
+
+/** An account's webhook endpoint (D28): its signing secret sealed, never in the clear or hashed. */
+export interface WebhookEndpointTable {
+  id: string;
+  account_id: string;
+  url: string;
+  /** JSON array of change types, or `["*"]`. */
+  events: string;
+  description: string | null;
+  status: WebhookEndpointStatus;
+  /** The signing secret sealed under the deployment key `secret_key_id` names (webhooks/secret-box.ts). */
+  secret_sealed: string;
+  secret_key_id: string;
+  created_at: string;
+  updated_at: string;
+  failing_since: string | null;
+}
+
+/** One row per endpoint and change type it takes (`*` for every type), with the endpoint's account. */
+export interface WebhookSubscriptionTable {
+  endpoint_id: string;
+  account_id: string;
+  event_type: string;
+}
+
+/** What is due to an endpoint: one change (or a test event), until it succeeds or fails for good. */
+export interface WebhookDeliveryTable {
+  id: string;
+  endpoint_id: string;
+  /** bigint on PostgreSQL, whose driver reads it as text; null for a test event. */
+  change_seq: ColumnType<number | string | null, number | null | undefined, never>;
+  event_id: string;
+  event_type: string;
+  /** The body of a test event; a change's is made from the change when sent. */
+  payload: string | null;
+  status: WebhookDeliveryStatus;
+  attempts: number;
+  next_attempt_at: string;
+  leased_until: string | null;
+  lease_token: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+/** One attempt of a delivery, as the deliveries list shows it. */
+export interface WebhookAttemptTable {
+  id: string;
+  delivery_id: string;
+  endpoint_id: string;
+  attempt: number;
+  at: string;
+  outcome: 'succeeded' | 'failed';
+  status_code: number | null;
+  duration_ms: number;
+  error: string | null;
+  next_attempt_at: string | null;
 }
 
 export interface Database {
@@ -146,6 +206,10 @@ export interface Database {
   api_keys: ApiKeyTable;
   data_generation: DataGenerationTable;
   changes: ChangeTable;
+  webhook_endpoints: WebhookEndpointTable;
+  webhook_subscriptions: WebhookSubscriptionTable;
+  webhook_deliveries: WebhookDeliveryTable;
+  webhook_attempts: WebhookAttemptTable;
 }
 
 export type Db = Kysely<Database>;
@@ -160,3 +224,6 @@ export type ResourceVersionRow = Selectable<ResourceVersionTable>;
 export type ApiKeyRow = Selectable<ApiKeyTable>;
 export type NewApiKey = Insertable<ApiKeyTable>;
 export type ChangeRow = Selectable<ChangeTable>;
+export type WebhookEndpointRow = Selectable<WebhookEndpointTable>;
+export type WebhookDeliveryRow = Selectable<WebhookDeliveryTable>;
+export type WebhookAttemptRow = Selectable<WebhookAttemptTable>;

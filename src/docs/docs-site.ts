@@ -4,6 +4,7 @@ import path from 'node:path';
 import GithubSlugger from 'github-slugger';
 import markdownIt, { type MarkdownIt, type StateCore, type Token } from 'markdown-it';
 import { PROJECT_ROOT } from '../foundation/project-root.js';
+import { PROBLEM_DOCS_PATH } from '../schemas/common.js';
 
 /**
  * The pages of `docs/` as the service serves them under `/docs` (D29): the guides, the vocabulary,
@@ -36,7 +37,8 @@ export interface DocsSite {
 }
 
 const GUIDES = '/docs/guides';
-const PROBLEMS = '/docs/problems';
+/** Where a problem document's `type` points (problemTypeUrl): one page per code there. */
+const PROBLEMS = PROBLEM_DOCS_PATH;
 
 /**
  * Where a file of `docs/` is served, or undefined when it is not a page. Each folder's README is its

@@ -71,6 +71,21 @@ const EnvSchema = Type.Object({
   PLAYBOOK_DEPLOYMENT_KEY: Type.Optional(
     Type.String({ minLength: 1, description: 'comma-separated base64 keys of at least 32 bytes each' }),
   ),
+  PLAYBOOK_WEBHOOK_ALLOW_HTTP: Type.Union([Type.Literal('true'), Type.Literal('false')], {
+    default: 'false',
+  }),
+  PLAYBOOK_WEBHOOK_ALLOW_PRIVATE: Type.Union([Type.Literal('true'), Type.Literal('false')], {
+    default: 'false',
+  }),
+  PLAYBOOK_WEBHOOK_RETRY_SCHEDULE: Type.String({
+    default: '5s,5m,30m,2h,5h,10h,10h',
+    pattern: '^\\s*\\d{1,7}(ms|s|m|h|d)\\s*(,\\s*\\d{1,7}(ms|s|m|h|d)\\s*){0,19}$',
+    description:
+      'comma-separated delays before each retry, each a number and a unit (ms, s, m, h, d), at most 20',
+  }),
+  PLAYBOOK_WEBHOOK_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 10_000, default: 10_000 }),
+  PLAYBOOK_WEBHOOK_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 100, default: 10 }),
+  PLAYBOOK_WEBHOOK_DISABLE_AFTER_S: Type.Integer({ minimum: 1, maximum: 31_536_000, default: 432_000 }),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' },
@@ -140,6 +155,24 @@ export interface Config {
    * absent, the data directory's key file on SQLite (foundation/deployment-key.ts).
    */
   readonly deploymentKeys?: readonly string[];
+  /** D28: how webhook deliveries are made. */
+  readonly webhooks: WebhookConfig;
+}
+
+/** D28: how webhook deliveries are made. */
+export interface WebhookConfig {
+  /** `PLAYBOOK_WEBHOOK_ALLOW_HTTP`: endpoints may be plain http (local development). */
+  readonly allowHttp: boolean;
+  /** `PLAYBOOK_WEBHOOK_ALLOW_PRIVATE`: endpoints may be on loopback, private or link-local addresses. */
+  readonly allowPrivate: boolean;
+  /** The delay before each retry after a failed attempt; once they run out the delivery has failed. */
+  readonly retryScheduleMs: readonly number[];
+  /** The longest one attempt may take, connection included. */
+  readonly timeoutMs: number;
+  /** Attempts one instance makes at once. */
+  readonly concurrency: number;
+  /** How long an endpoint's attempts may fail, with no success, before it is disabled. */
+  readonly disableAfterMs: number;
 }
 
 /** A configuration value that stops the process; the message names the variable. */
@@ -274,8 +307,32 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     ...(env.PLAYBOOK_DEPLOYMENT_KEY === undefined
       ? {}
       : { deploymentKeys: parseDeploymentKeys(env.PLAYBOOK_DEPLOYMENT_KEY) }),
+    webhooks: {
+      allowHttp: env.PLAYBOOK_WEBHOOK_ALLOW_HTTP === 'true',
+      allowPrivate: env.PLAYBOOK_WEBHOOK_ALLOW_PRIVATE === 'true',
+      retryScheduleMs: parseDurations(env.PLAYBOOK_WEBHOOK_RETRY_SCHEDULE),
+      timeoutMs: env.PLAYBOOK_WEBHOOK_TIMEOUT_MS,
+      concurrency: env.PLAYBOOK_WEBHOOK_CONCURRENCY,
+      disableAfterMs: env.PLAYBOOK_WEBHOOK_DISABLE_AFTER_S * 1000,
+    },
   };
   return deepFreeze(config);
+}
+
+const DURATION_UNITS_MS: Readonly<Record<string, number>> = {
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
+
+/** `5s,5m,2h` as milliseconds; the schema has checked the form. */
+function parseDurations(value: string): number[] {
+  return value.split(',').map((entry) => {
+    const [, amount, unit] = /^\s*(\d+)(ms|s|m|h|d)\s*$/.exec(entry)!;
+    return Number(amount) * DURATION_UNITS_MS[unit!]!;
+  });
 }
 
 /** Bytes of a deployment key; a configured key may be longer, never shorter. */

@@ -38,6 +38,16 @@ export class ContentTooLargeError extends Error {
   override name = 'ContentTooLargeError';
 }
 
+/** A request body in a media type the operation does not take: JSON (UTF-8) only (D29). */
+export class UnsupportedMediaTypeError extends Error {
+  override name = 'UnsupportedMediaTypeError';
+}
+
+/** A request whose `Accept` rules out every media type the answer could have (D29). */
+export class NotAcceptableError extends Error {
+  override name = 'NotAcceptableError';
+}
+
 /** A valid request that would take an account past a limit of the deployment (D20). */
 export class LimitError extends Error {
   override name = 'LimitError';
@@ -45,16 +55,31 @@ export class LimitError extends Error {
 
 /**
  * A valid request that the current state of what it names forbids (D22: rolling a revoked key; D15: a
- * version label over other content), with the fields at fault when there are some.
+ * version label over other content; D28: sending to a disabled webhook endpoint), with the fields at
+ * fault when there are some.
  */
 export class ConflictError extends Error {
   override name = 'ConflictError';
   constructor(
     message: string,
-    readonly reason: Extract<ProblemCode, 'key_inactive' | 'version_label_taken'>,
+    readonly reason: Extract<
+      ProblemCode,
+      'key_inactive' | 'key_already_rolled' | 'version_label_taken' | 'endpoint_disabled'
+    >,
     readonly problems: readonly InputProblem[] = [],
   ) {
     super(message);
+  }
+}
+
+/** A key that has a successor already: a key is rolled once (D29), and the answer names the successor. */
+export class KeyAlreadyRolledError extends ConflictError {
+  override name = 'KeyAlreadyRolledError';
+  constructor(readonly replacedBy: string) {
+    super(
+      `the API key was already rolled: key ${replacedBy} replaced it; roll that key, or revoke it and create a new one`,
+      'key_already_rolled',
+    );
   }
 }
 

@@ -1,12 +1,14 @@
 import { createHash } from 'node:crypto';
 import { availableParallelism } from 'node:os';
+import { finished, Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import zlib from 'node:zlib';
 import { Negotiator } from '@fastify/accept-negotiator';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { LRUCache } from 'lru-cache';
 import pLimit from 'p-limit';
-import { noneMatchNames } from './conditional.js';
+import { type ContentCoding, noneMatchNames, representationTag } from './conditional.js';
+import { SharedStream } from './shared-stream.js';
 
 /**
  * The one read path's answers and the one function that sends them (D11, D19). Every successful read
@@ -15,7 +17,7 @@ import { noneMatchNames } from './conditional.js';
  * chooses and applies the content encoding.
  */
 
-export type Encoding = 'br' | 'gzip';
+export type Encoding = ContentCoding;
 
 /** D19: smaller answers gain too little from compression to pay for the `Content-Encoding`. */
 export const MIN_COMPRESSED_BYTES = 1024;
@@ -64,11 +66,6 @@ export function tagOf(body: Buffer | string): string {
   return createHash('sha256').update(body).digest('base64url').slice(0, 32);
 }
 
-/** The `ETag` of one representation: each encoding is a representation of its own (D19). */
-function etagOf(tag: string, encoding: Encoding | undefined): string {
-  return encoding === undefined ? `"${tag}"` : `"${tag}-${encoding}"`;
-}
-
 /**
  * A JSON answer's bytes, its validator, and its compressed forms, each made once, on first demand. An
  * answer kept in memory is compressed once however often it is sent.
@@ -86,6 +83,8 @@ export class Answer {
   constructor(
     readonly body: Buffer,
     readonly tag: string = tagOf(body),
+    /** How its compressed forms are made, when not as every kept answer's are (see `SharedStream`). */
+    private readonly encode?: (encoding: Encoding, body: Buffer) => Promise<Buffer>,
   ) {}
 
   static json(text: string, tag?: string): Answer {
@@ -102,7 +101,7 @@ export class Answer {
   encoded(encoding: Encoding): Buffer | Promise<Buffer> {
     const held = this.forms[encoding];
     if (held !== undefined) return held;
-    const made = compress(encoding, this.body);
+    const made = this.encode ? this.encode(encoding, this.body) : compress(encoding, this.body);
     if (Buffer.isBuffer(made)) return this.keep(encoding, made);
     const pending = made.then(
       (bytes) => this.keep(encoding, bytes),
@@ -133,7 +132,8 @@ export interface LazyAnswer {
   load(): Promise<Answer>;
 }
 
-export type ReadAnswer = Answer | LazyAnswer;
+/** An answer too large to hold, written as it is read (shared-stream.ts). */
+export type ReadAnswer = Answer | LazyAnswer | SharedStream;
 
 const encodings = new Negotiator<Encoding | 'identity'>({
   supportedValues: ['br', 'gzip', 'identity'],
@@ -172,7 +172,16 @@ export function sendAnswer(
   reply: FastifyReply,
   answer: ReadAnswer | Promise<ReadAnswer>,
 ): void | Promise<void> {
-  if (answer instanceof Promise) return answer.then((made) => sendAnswer(request, reply, made));
+  if (answer instanceof Promise) {
+    return answer.then((made) => {
+      if (!(made instanceof SharedStream)) return sendAnswer(request, reply, made);
+      sendStreamed(request, reply, made);
+      // A handler's promise that settles before a stream's first bytes set the headers off would make
+      // Fastify answer again, with nothing: it settles once the answer is written.
+      return new Promise<void>((resolve) => finished(reply.raw, () => resolve()));
+    });
+  }
+  if (answer instanceof SharedStream) return sendStreamed(request, reply, answer);
   if (!(answer instanceof Answer)) return sendLazy(request, reply, answer);
   const encoding = answer.body.length >= MIN_COMPRESSED_BYTES ? encodingOf(request) : undefined;
   if (revalidated(request, reply, answer.tag, encoding)) {
@@ -184,6 +193,22 @@ export function sendAnswer(
     if (body instanceof Promise) return body.then((bytes) => sendEncoded(reply, encoding, bytes));
     sendEncoded(reply, encoding, body);
   }
+}
+
+/**
+ * An answer written as it is read: its representation's validator first (a 304 reads nothing more),
+ * then the body in the negotiated encoding, chunked, as a pass over storage makes it; none for HEAD.
+ * A client that goes away ends its part of the pass (Fastify destroys the stream it was sent).
+ */
+function sendStreamed(request: FastifyRequest, reply: FastifyReply, streamed: SharedStream): void {
+  const encoding = encodingOf(request);
+  if (revalidated(request, reply, streamed.tag, encoding)) {
+    reply.code(304).send();
+    return;
+  }
+  reply.type(JSON_TYPE);
+  if (encoding !== undefined) reply.header('content-encoding', encoding);
+  reply.send(request.method === 'HEAD' ? Readable.from([]) : streamed.open(encoding));
 }
 
 /** A lazy answer: a revalidation is answered from its validator, without making its body. */
@@ -208,7 +233,8 @@ function revalidated(
   tag: string,
   encoding: Encoding | undefined,
 ): boolean {
-  const etag = etagOf(tag, encoding);
+  // Each encoding is a representation of its own, with a tag of its own (D19).
+  const etag = representationTag(tag, encoding);
   reply.header('cache-control', CACHE_CONTROL).header('vary', VARY).header('etag', etag);
   return noneMatchNames(request.headers['if-none-match'], etag);
 }

@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyRequest } from 'fastify';
-import { InputError } from '../foundation/errors.js';
+import { InputError, UnsupportedMediaTypeError } from '../foundation/errors.js';
 import { parseJsonInSlices, TooDeepError } from '../foundation/sliced-json.js';
 
 /** D21: how deep a JSON body may nest, manifest and facets included. */
@@ -58,7 +58,23 @@ function whereOf(error: unknown): string {
   return ' (it ends early)';
 }
 
-/** Fastify's content-type parser over {@link parseJsonBody}. */
-export function jsonBodyParser(_request: FastifyRequest, body: string | Buffer): Promise<unknown> {
+/** The `charset` parameter of a Content-Type, lowercased; undefined when there is none. */
+function charsetOf(contentType: string | undefined): string | undefined {
+  return /;\s*charset\s*=\s*"?([^";\s]+)"?/i.exec(contentType ?? '')?.[1]?.toLowerCase();
+}
+
+/**
+ * Fastify's content-type parser over {@link parseJsonBody}. JSON is UTF-8 (RFC 8259 §8.1): a body
+ * said to be in another charset is one the service does not take (415), rather than bytes to guess at.
+ */
+export function jsonBodyParser(request: FastifyRequest, body: string | Buffer): Promise<unknown> {
+  const charset = charsetOf(request.headers['content-type']);
+  if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
+    return Promise.reject(
+      new UnsupportedMediaTypeError(
+        `This operation takes JSON in UTF-8, not in ${charset}: send Content-Type: application/json.`,
+      ),
+    );
+  }
   return parseJsonBody(body as Buffer);
 }

@@ -11,14 +11,17 @@ import {
   InputError,
   type InputLocation,
   type InputProblem,
+  KeyAlreadyRolledError,
   LimitError,
   MethodNotAllowedError,
+  NotAcceptableError,
   NotConfiguredError,
   NotFoundError,
   PreconditionFailedError,
   RateLimitError,
   SyncTokenError,
   UnavailableError,
+  UnsupportedMediaTypeError,
   WriteContentionError,
 } from '../foundation/errors.js';
 import { redactCredentials } from '../foundation/redact-url.js';
@@ -26,36 +29,34 @@ import {
   MAX_LISTED_PROBLEMS,
   MAX_PROBLEM_DETAIL,
   MAX_PROBLEM_TEXT,
+  PROBLEM_TITLES,
   type Problem,
   type ProblemCode,
+  problemTypeUrl,
 } from '../schemas/common.js';
 import { fieldProblems, type SchemaError } from '../schemas/schema-check.js';
 import { withQueryProblems } from './query.js';
 
-const TITLES: Record<ProblemCode, string> = {
-  invalid_request: 'Invalid request',
-  content_too_large: 'Content too large',
-  limit_reached: 'Limit reached',
-  unauthenticated: 'Unauthenticated',
-  forbidden: 'Forbidden',
-  plan_required: 'Plan required',
-  not_found: 'Not found',
-  method_not_allowed: 'Method not allowed',
-  key_inactive: 'Key not active',
-  version_label_taken: 'Version label taken',
-  precondition_failed: 'Precondition failed',
-  invalid_sync_token: 'Invalid sync token',
-  sync_token_expired: 'Sync token expired',
-  request_timeout: 'Request timeout',
-  expectation_failed: 'Expectation failed',
-  headers_too_large: 'Request headers too large',
-  rate_limited: 'Too many requests',
-  internal: 'Internal error',
-  not_implemented: 'Not implemented',
-  unavailable: 'Service unavailable',
-};
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * The challenges a 401 of the route carries in `WWW-Authenticate` (RFC 9110 §11.6.1), one per
+     * credential the route takes; set for every route when it is added (request-pipeline.ts).
+     */
+    challenges?: readonly string[];
+  }
+}
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+/** Extension members of a problem document, beside the standard ones (RFC 9457 §3.2). */
+export interface ProblemExtensions {
+  /** `key_already_rolled`: the key that replaced the one the request named. */
+  readonly replacedBy?: string;
+}
+
+/** What a 503 tells the caller to wait when the cause names no time of its own (RFC 9110 §10.2.3). */
+export const DEFAULT_RETRY_AFTER_S = 1;
 
 /**
  * A text about to be cut to `max`, first cut to a little more, so that redacting it costs what the
@@ -77,10 +78,11 @@ export function problem(
   detail: string,
   requestId: string,
   errors?: readonly InputProblem[],
+  extensions: ProblemExtensions = {},
 ): Problem {
   return {
-    type: `urn:playbook:problem:${code.replaceAll('_', '-')}`,
-    title: TITLES[code],
+    type: problemTypeUrl(code),
+    title: PROBLEM_TITLES[code],
     status,
     code,
     detail: cut(redactCredentials(bounded(detail, MAX_PROBLEM_DETAIL)), MAX_PROBLEM_DETAIL),
@@ -94,6 +96,7 @@ export function problem(
           })),
         }
       : {}),
+    ...extensions,
   };
 }
 
@@ -127,11 +130,24 @@ export function onePerField(location: InputLocation, errors: readonly SchemaErro
 /** Errors the router raises before any route runs: a path it cannot decode, or a value past its limit. */
 const ROUTER_ERRORS = new Set(['FST_ERR_BAD_URL', 'FST_ERR_MAX_PARAM_LENGTH']);
 
+/** Fastify's own errors of a request body, by the status Fastify gives them. */
+const BODY_STATUSES: Readonly<Record<number, { code: ProblemCode; detail: string }>> = {
+  413: {
+    code: 'content_too_large',
+    detail: 'The request body is larger than this operation takes; nothing of it was used.',
+  },
+  415: {
+    code: 'unsupported_media_type',
+    detail: 'This operation takes a JSON body: send it with Content-Type: application/json.',
+  },
+};
+
 function classify(error: FastifyError | Error): {
   status: number;
   code: ProblemCode;
   detail: string;
   errors?: InputProblem[];
+  extensions?: ProblemExtensions;
 } {
   if (error instanceof InputError) {
     return {
@@ -145,6 +161,12 @@ function classify(error: FastifyError | Error): {
   }
   if (error instanceof ContentTooLargeError) {
     return { status: 413, code: 'content_too_large', detail: error.message };
+  }
+  if (error instanceof UnsupportedMediaTypeError) {
+    return { status: 415, code: 'unsupported_media_type', detail: error.message };
+  }
+  if (error instanceof NotAcceptableError) {
+    return { status: 406, code: 'not_acceptable', detail: error.message };
   }
   const fastifyError = error as FastifyError;
   if (fastifyError.validation) {
@@ -162,7 +184,9 @@ function classify(error: FastifyError | Error): {
   }
   if (error instanceof ConflictError) {
     const errors = error.problems.length > 0 ? { errors: [...error.problems] } : {};
-    return { status: 409, code: error.reason, detail: error.message, ...errors };
+    const extensions =
+      error instanceof KeyAlreadyRolledError ? { extensions: { replacedBy: error.replacedBy } } : {};
+    return { status: 409, code: error.reason, detail: error.message, ...errors, ...extensions };
   }
   if (error instanceof PreconditionFailedError) {
     return { status: 412, code: 'precondition_failed', detail: error.message };
@@ -202,8 +226,12 @@ function classify(error: FastifyError | Error): {
     };
   }
   const status = fastifyError.statusCode;
+  // Fastify's own: a body over the route's limit (decided from Content-Length before any of it is
+  // read, or as soon as a chunked one passes it), or in a media type no parser takes (D29).
+  const body = status === undefined ? undefined : BODY_STATUSES[status];
+  if (body) return { status: status!, ...body };
   if (status !== undefined && status >= 400 && status < 500) {
-    // Fastify's own request errors (unparsable JSON, wrong content type, body too large…): the
+    // Fastify's other request errors (a body that does not match its Content-Length…): the
     // contract answers every malformed request with 400.
     const errors: InputProblem[] =
       fastifyError.code?.startsWith('FST_ERR_CTP') === true
@@ -250,9 +278,15 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
   request.refusal = { code, detail };
   if (error instanceof RateLimitError || error instanceof UnavailableError) {
     reply.header('retry-after', String(error.retryAfterSeconds));
+  } else if (status === 503) {
+    reply.header('retry-after', String(DEFAULT_RETRY_AFTER_S));
   }
   if (error instanceof MethodNotAllowedError) reply.header('allow', error.allowed.join(', '));
-  if (status === 401) reply.header('www-authenticate', 'Bearer, ApiKey header="x-api-key"');
+  // RFC 9110 §11.6.1: a 401 names at least one way to authenticate.
+  if (status === 401) reply.header('www-authenticate', challengesOf(request));
+  // Refused before its body was read (a 401, a 413, a 415…): the rest of the body is not waited for,
+  // however large it says it is; the connection closes after the answer.
+  if (!request.raw.complete) reply.header('connection', 'close');
   // Errors raised before the onRequest hooks (router errors) have not had their request id set yet.
   reply.header('x-request-id', request.id);
   // A validator set for a success that did not happen must not travel with the error (D11).
@@ -261,8 +295,23 @@ export function handleError(error: FastifyError | Error, request: FastifyRequest
     .code(status)
     .header('cache-control', 'no-store')
     .type(PROBLEM_CONTENT_TYPE)
-    .send(problem(status, code, detail, request.id, errors));
+    .send(problem(status, code, detail, request.id, errors, classified.extensions));
 }
+
+/**
+ * The challenges of the route the request reached. Every route has its own (request-pipeline.ts); a 401
+ * of no route names both credentials of the API.
+ */
+function challengesOf(request: FastifyRequest): string | string[] {
+  const challenges = request.routeOptions?.config?.challenges ?? [API_KEY_CHALLENGE, BEARER_CHALLENGE];
+  // Several challenges go in a field each, which a client reads as one list (RFC 9110 §5.3).
+  return challenges.length === 1 ? challenges[0]! : [...challenges];
+}
+
+/** The `x-api-key` header, as a challenge: no registered scheme names one, so it is named here. */
+export const API_KEY_CHALLENGE = 'ApiKey realm="playbook", header="x-api-key"';
+/** A user access token in `Authorization: Bearer` (RFC 6750 §3). */
+export const BEARER_CHALLENGE = 'Bearer realm="playbook"';
 
 /**
  * Errors Node's HTTP parser raises before any request exists (a malformed request line, headers over

@@ -250,6 +250,9 @@ export class Metrics {
   readonly changeLogPosition: Gauge;
   readonly dependencyUp: Gauge<'dependency'>;
   readonly syncPages: BoundCounter<'kind'>;
+  readonly webhookAttempts: Counter<'outcome' | 'reason'>;
+  readonly webhookAttemptDuration: Histogram;
+  readonly webhookDeliveries: Counter<'outcome'>;
 
   /** What reports the requests held waiting for a change (D27). */
   private heldRequests: (() => number) | undefined;
@@ -259,6 +262,8 @@ export class Metrics {
   private readonly pools = new Map<string, PoolState>();
   /** The Redis connection a gauge reports on. */
   private redisStatus: (() => boolean) | undefined;
+  /** How old the oldest webhook delivery not yet made is, asked when scraped. */
+  private webhookBacklog: (() => Promise<number>) | undefined;
 
   constructor() {
     const registers = [this.registry];
@@ -397,6 +402,34 @@ export class Metrics {
       help: 'The last change of the log this instance has followed (its answers in memory reflect it)',
       registers,
     });
+    this.webhookAttempts = new Counter({
+      name: 'playbook_webhook_attempts_total',
+      help: 'Webhook delivery attempts, by outcome (succeeded, failed) and reason of a failure (status, redirect, timeout, network, address)',
+      labelNames: ['outcome', 'reason'] as const,
+      registers,
+    });
+    this.webhookAttemptDuration = new Histogram({
+      name: 'playbook_webhook_attempt_duration_seconds',
+      help: 'Time of one webhook delivery attempt, connection included',
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers,
+    });
+    this.webhookDeliveries = new Counter({
+      name: 'playbook_webhook_deliveries_total',
+      help: 'Webhook deliveries finished, by outcome: succeeded, or failed once every retry had failed',
+      labelNames: ['outcome'] as const,
+      registers,
+    });
+    const webhookBacklog = () => this.webhookBacklog;
+    new Gauge({
+      name: 'playbook_webhook_oldest_pending_seconds',
+      help: 'Age of the oldest webhook delivery due to an enabled endpoint and not yet made (0 when none)',
+      registers,
+      async collect() {
+        const age = webhookBacklog();
+        if (age) this.set(await age().catch(() => Number.NaN));
+      },
+    });
     this.dependencyUp = new Gauge({
       name: 'playbook_dependency_up',
       help: '1 while a dependency (database, contentStore, redis) answers this instance, 0 while it does not',
@@ -437,6 +470,14 @@ export class Metrics {
   /** Reports how many sync requests are held waiting for a change (D27). */
   observeHeldRequests(count: () => number): void {
     this.heldRequests = count;
+  }
+
+  /** Reports the age of the oldest webhook delivery not yet made; returns the way to stop. */
+  observeWebhookBacklog(age: () => Promise<number>): () => void {
+    this.webhookBacklog = age;
+    return () => {
+      if (this.webhookBacklog === age) this.webhookBacklog = undefined;
+    };
   }
 
   /** Reports whether the shared Redis connection is ready. */

@@ -1,7 +1,8 @@
-import { createHash } from 'node:crypto';
 import { v7 } from 'uuid';
 import type { Principal } from '../auth/principal.js';
 import { toCatalog } from '../catalog/mappers.js';
+import { catalogTag, resourceTag } from '../catalog/object-tags.js';
+import { readPinsText } from '../catalog/read-repository.js';
 import {
   type ApplyOptions,
   applyCatalogs,
@@ -22,7 +23,7 @@ import {
   type PinSource,
   readStoredPins,
 } from '../catalog-writes/catalog-pins.js';
-import type { CatalogState, NamespaceState } from '../catalog-writes/namespace-state.js';
+import type { CatalogState, NamespaceState, ResourceState } from '../catalog-writes/namespace-state.js';
 import { loadNamespaceState } from '../catalog-writes/namespace-state.js';
 import { ImportValidationError } from '../catalog-writes/refusals.js';
 import type { ImportCounts } from '../catalog-writes/report.js';
@@ -41,7 +42,7 @@ import {
 import { yieldIfBusy } from '../foundation/pace.js';
 import { byText } from '../foundation/text-order.js';
 import { holdsAtMost } from '../foundation/value-size.js';
-import { createOnly, matchHolds, noneMatchNames } from '../http/conditional.js';
+import { createOnly, matchHolds, noneMatchNamesState, representationTag } from '../http/conditional.js';
 import { tooLarge } from '../import/content-file.js';
 import { Metrics } from '../observability/metrics.js';
 import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
@@ -75,6 +76,11 @@ export interface WriteAnswer<T> {
   readonly status: 200 | 201;
   readonly body: T;
   readonly etag?: string;
+  /**
+   * The stored JSON text of the pins of the Catalog in `body`, whose `resourcePins` is left empty: a
+   * Catalog of 100,000 Resources pins 20 MB, read a slice at a time as the answer is sent (D30).
+   */
+  readonly pinsText?: () => AsyncGenerator<string>;
 }
 
 /** The body of a one-Resource write answer: the Resource as stored, with its ETag's state. */
@@ -139,23 +145,26 @@ class BodyResource implements ResourceInput, ResourceSource {
   }
 }
 
+/** Resources digested between turns of the event loop, for a Catalog's tag. */
+const TAG_PAGE = 1000;
+
 /**
- * The ETag of a Catalog as a writer sees it: a digest of its row and of every Resource's state, so
- * that any write to the Catalog or one of its Resources changes it.
+ * The ETag of a Catalog as a writer sees it: its version tag (object-tags.ts), the same the read side
+ * validates the Catalog's answers with, so that a read's ETag names it in If-Match (D29).
  */
 export async function catalogEtag(state: CatalogState): Promise<string> {
-  const digest = createHash('sha256');
-  const { row } = state;
-  digest.update(`${row.id}\0${row.updated_at}\0${row.status}\0${row.current_version_id ?? ''}\n`);
-  for (const slug of [...state.resources.keys()].sort()) {
-    const resource = state.resources.get(slug)!.row;
-    digest.update(
-      `${slug}\0${resource.id}\0${resource.updated_at}\0${resource.status}\0${resource.current_version_id ?? ''}\n`,
-    );
-    // A Catalog of 100,000 Resources is 100,000 digest updates (D20).
-    await yieldIfBusy();
-  }
-  return `"c${digest.digest('base64url').slice(0, 32)}"`;
+  const slugs = [...state.resources.keys()].sort();
+  const pages = function* () {
+    for (let at = 0; at < slugs.length; at += TAG_PAGE) {
+      yield slugs.slice(at, at + TAG_PAGE).map((slug) => state.resources.get(slug)!.row);
+    }
+  };
+  return representationTag(await catalogTag(state.row, pages()));
+}
+
+/** The ETag of one Resource as a writer sees it: its version tag, as its reads validate it (D29). */
+export function resourceEtagOf(resource: ResourceState): string {
+  return representationTag(resourceTag(resource.row, resource.currentVersion));
 }
 
 /**
@@ -211,7 +220,7 @@ export class PublishService {
       resources,
     };
     let existed = false;
-    let stored: StoredCatalog | undefined;
+    let stored: CatalogSummary | undefined;
     const applied = await this.apply(
       context,
       accountId,
@@ -220,23 +229,26 @@ export class PublishService {
       'publish-catalog',
       (state) => {
         existed = state.catalogs.has(slug);
-        return checkPreconditions(context, state.catalogs.get(slug));
+        return checkPreconditions(context, { catalogSlug: slug }, state.catalogs.get(slug));
       },
       async (db) => {
-        stored = await this.storedCatalog(accountId, slug, db);
+        stored = await this.catalogSummary(accountId, slug, db);
       },
     );
     // A write that changed nothing opened no transaction: what is stored is read now.
-    stored ??= dryRun && !existed ? undefined : await this.storedCatalog(accountId, slug);
+    stored ??= dryRun && !existed ? undefined : await this.catalogSummary(accountId, slug);
+    const versionId = stored?.catalog.currentVersion?.id;
+    const db = this.deps.db;
     return {
       status: existed || dryRun ? 200 : 201,
       body: {
         ...(stored ? { catalog: stored.catalog } : {}),
         changes: changesOf(applied.report.counts),
         dryRun,
-        lines: [...applied.report.lines],
+        lines: applied.report.lines as string[],
       },
       ...(stored && !dryRun ? { etag: stored.etag } : {}),
+      ...(versionId === undefined ? {} : { pinsText: () => storedPinsText(db, versionId) }),
     };
   }
 
@@ -270,26 +282,21 @@ export class PublishService {
       false,
       'publish-resource',
       (state) => {
-        const resource = state.catalogs.get(catalogSlug)?.resources.get(resourceSlug);
-        existed = resource !== undefined;
-        return checkPreconditions(
-          context,
-          state.catalogs.get(catalogSlug),
-          resource ? resourceEtagOf(resource.row) : undefined,
-          existed,
-        );
+        existed = state.catalogs.get(catalogSlug)?.resources.has(resourceSlug) === true;
+        return checkPreconditions(context, { catalogSlug, resourceSlug }, state.catalogs.get(catalogSlug));
       },
       async (db) => {
         stored = await this.storedCatalog(accountId, catalogSlug, db);
       },
     );
     stored ??= await this.storedCatalog(accountId, catalogSlug);
-    const resource = stored.state.resources.get(resourceSlug)!.row;
+    const resource = stored.state.resources.get(resourceSlug)!;
+    const { row } = resource;
     return {
       status: existed ? 200 : 201,
       body: {
         catalog: stored.catalog,
-        resource: { slug: resource.slug, id: resource.id, currentVersionId: resource.current_version_id },
+        resource: { slug: row.slug, id: row.id, currentVersionId: row.current_version_id },
         changes: changesOf(applied.report.counts),
       },
       etag: resourceEtagOf(resource),
@@ -322,7 +329,7 @@ export class PublishService {
         const { db: trx } = write;
         const at = write.context.at;
         const state = await this.catalogState(accountId, catalogSlug, trx);
-        await checkPreconditions(context, state);
+        await checkPreconditions(context, { catalogSlug }, state);
         const sources: PinSource[] = [];
         // CatalogPins puts the pins in slug order itself.
         for (const [slug, resource] of state.resources) {
@@ -424,7 +431,11 @@ export class PublishService {
       const state = await this.catalogState(accountId, catalogSlug, trx);
       const resource = resourceSlug === undefined ? undefined : state.resources.get(resourceSlug);
       if (resourceSlug !== undefined && !resource) throw new NotFoundError('no such resource');
-      await checkPreconditions(context, state, resource ? resourceEtagOf(resource.row) : undefined, true);
+      await checkPreconditions(
+        context,
+        resourceSlug === undefined ? { catalogSlug } : { catalogSlug, resourceSlug },
+        state,
+      );
       const table = resource ? 'resources' : 'catalogs';
       const row = resource ? resource.row : state.row;
       if (row.status === 'archived') return false;
@@ -520,6 +531,55 @@ export class PublishService {
   }
 
   /**
+   * The Catalog as `db` sees it now with its pins left in storage (`pinsText` reads them: a version's
+   * pins never change), and its ETag made a page of Resources at a time: what a whole Catalog's
+   * publish answers with holds no Resource's state and no pin, whatever the Catalog's size (D30).
+   */
+  private async catalogSummary(
+    accountId: string,
+    slug: string,
+    db: Db = this.deps.db,
+  ): Promise<CatalogSummary> {
+    const row = await db
+      .selectFrom('catalogs')
+      .selectAll()
+      .where('account_id', '=', accountId)
+      .where('slug', '=', slug)
+      .executeTakeFirst();
+    if (!row) throw new NotFoundError('no such catalog');
+    const version = row.current_version_id
+      ? await db
+          .selectFrom('catalog_versions')
+          .select(['id', 'version', 'manifest_hash', 'resource_count', 'published_at'])
+          .where('id', '=', row.current_version_id)
+          .executeTakeFirst()
+      : undefined;
+    // The Catalog's Resources in slug order (ASCII slugs: the database's order is the tag's), a page per
+    // statement, digested as they are read.
+    async function* pages() {
+      let after: string | undefined;
+      for (;;) {
+        const page = await db
+          .selectFrom('resources')
+          .select(['slug', 'id', 'status', 'current_version_id', 'updated_at'])
+          .where('catalog_id', '=', row!.id)
+          .$if(after !== undefined, (query) => query.where('slug', '>', after as string))
+          .orderBy('slug')
+          .limit(TAG_PAGE)
+          .execute();
+        yield page;
+        if (page.length < TAG_PAGE) return;
+        after = page[page.length - 1]!.slug;
+      }
+    }
+    const etag = representationTag(await catalogTag(row, pages()));
+    return {
+      catalog: toCatalog(row, version && { ...version, pins: '[]' }),
+      etag,
+    };
+  }
+
+  /**
    * The Catalog as `db` sees it now, and its ETag: read in the write's transaction, so that the ETag a
    * write answers with is of that write, never of a later one by someone else.
    */
@@ -543,6 +603,24 @@ export class PublishService {
     }
     const etag = await catalogEtag(state);
     return { state, catalog, etag };
+  }
+}
+
+/** A Catalog as stored, its pins left in storage, and its ETag. */
+interface CatalogSummary {
+  readonly catalog: Catalog;
+  readonly etag: string;
+}
+
+/** Characters of stored pins read per statement (see `readPinsText`). */
+const PINS_SLICE_CHARS = 1024 * 1024;
+
+/** The stored JSON text of a Catalog version's pins, a slice per statement. */
+async function* storedPinsText(db: Db, versionId: string): AsyncGenerator<string> {
+  for (let from = 1; ; from += PINS_SLICE_CHARS) {
+    const part = (await readPinsText(db, [versionId], from, PINS_SLICE_CHARS)).get(versionId) ?? '';
+    if (part.length > 0) yield part;
+    if (part.length < PINS_SLICE_CHARS) return;
   }
 }
 
@@ -572,50 +650,62 @@ function writerOf(context: WriteContext): Writer {
   return { actor: actorOf(context.principal), requestId: context.requestId };
 }
 
-/** The ETag of one Resource as a writer sees it. */
-export function resourceEtagOf(row: {
-  id: string;
-  updated_at: string;
-  status: string;
-  current_version_id: string | null;
-}): string {
-  const digest = createHash('sha256')
-    .update(`${row.id}\0${row.updated_at}\0${row.status}\0${row.current_version_id ?? ''}`)
-    .digest('base64url');
-  return `"r${digest.slice(0, 32)}"`;
+/** What a write's preconditions are checked against: the Catalog, or one of its Resources. */
+interface WriteTarget {
+  readonly catalogSlug: string;
+  /** The Resource a one-Resource write names; absent for a write of the Catalog. */
+  readonly resourceSlug?: string;
+}
+
+/** The read that answers the object a write names, with the ETag that its If-Match takes (D29). */
+function readPathOf(target: WriteTarget): string {
+  const catalog = `/v3/playbook/catalogs/org/${target.catalogSlug}`;
+  return target.resourceSlug === undefined ? catalog : `${catalog}/resources/${target.resourceSlug}`;
 }
 
 /**
- * `If-Match` and `If-None-Match: *` against what is stored (D23): the object's ETag is the Catalog's,
- * or the Resource's for a one-Resource write.
+ * `If-Match` and `If-None-Match` against what is stored (D23): the object's ETag is the Catalog's, or
+ * the Resource's for a one-Resource write, in any of its encodings (D29). A refusal says where to read
+ * the object again, to send its current ETag.
  */
 async function checkPreconditions(
   context: WriteContext,
+  target: WriteTarget,
   catalog: CatalogState | undefined,
-  resourceEtag?: string,
-  resourceWrite = false,
 ): Promise<void> {
-  const exists = resourceWrite ? resourceEtag !== undefined : catalog !== undefined;
+  if (context.ifNoneMatch === undefined && context.ifMatch === undefined) return;
+  const resource =
+    target.resourceSlug === undefined ? undefined : catalog?.resources.get(target.resourceSlug);
+  const exists = target.resourceSlug === undefined ? catalog !== undefined : resource !== undefined;
   // Made only when asked for: a Catalog's ETag digests every one of its Resources.
   const current = async () =>
-    resourceWrite ? resourceEtag : catalog ? await catalogEtag(catalog) : undefined;
+    target.resourceSlug === undefined
+      ? catalog && (await catalogEtag(catalog))
+      : resource && resourceEtagOf(resource);
+  const what = target.resourceSlug === undefined ? 'catalog' : 'resource';
+  const read = `GET ${readPathOf(target)}`;
   if (context.ifNoneMatch !== undefined) {
     if (createOnly(context.ifNoneMatch)) {
-      if (exists)
-        throw new PreconditionFailedError('If-None-Match: * asks to create, and this already exists');
+      if (exists) {
+        throw new PreconditionFailedError(
+          `If-None-Match: * asks to create, and this ${what} already exists. To replace it, read it with ${read} and send its ETag in If-Match.`,
+        );
+      }
     } else {
       // RFC 9110 §13.1.2: the write goes ahead only if no listed tag names what is there now.
       const etag = await current();
-      if (etag !== undefined && noneMatchNames(context.ifNoneMatch, etag)) {
+      if (etag !== undefined && noneMatchNamesState(context.ifNoneMatch, etag)) {
         throw new PreconditionFailedError(
-          'If-None-Match names the current ETag: the write goes ahead only if it does not',
+          `If-None-Match names the current ETag of this ${what}: the write goes ahead only if it does not.`,
         );
       }
     }
   }
   if (context.ifMatch !== undefined && !matchHolds(context.ifMatch, await current())) {
     throw new PreconditionFailedError(
-      'If-Match does not name the current ETag (a weak tag never does): it changed since it was read; read it again',
+      exists
+        ? `If-Match does not name the current ETag of this ${what} (a weak ETag never does): it changed since it was read. Read it again with ${read} and send the ETag of that answer.`
+        : `If-Match names a ${what} that does not exist (${readPathOf(target)}): leave If-Match out to create it.`,
     );
   }
 }

@@ -250,6 +250,12 @@ function leakReportRoute(keys: ApiKeyService, options: IdentityRouteOptions): Fa
       '/v3/identity/api-keys/leaks',
       {
         bodyLimit: 1024 * 1024,
+        // A report's credential is its signature: a 401 names the headers that carry it.
+        config: {
+          challenges: [
+            `Signature realm="playbook-leak-reports", headers="${KEY_IDENTIFIER_HEADER} ${SIGNATURE_HEADER}"`,
+          ],
+        },
         preValidation: verifySignature,
         schema: {
           operationId: 'reportLeakedApiKeys',

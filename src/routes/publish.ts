@@ -7,7 +7,7 @@ import { ForbiddenError } from '../foundation/errors.js';
 import { jsonParts } from '../foundation/sliced-json.js';
 import { SlicedBody } from '../http/sliced-body.js';
 import type { PublishService, WriteAnswer, WriteContext } from '../publish/publish-service.js';
-import { problemResponses } from '../schemas/common.js';
+import { ENTITY_TAGS_PATTERN, problemResponses, Slug, Uuid } from '../schemas/common.js';
 import { Catalog } from '../schemas/playbook.js';
 import {
   CatalogWriteParams,
@@ -28,23 +28,32 @@ const Preconditions = Type.Object({
   'if-match': Type.Optional(
     Type.String({
       maxLength: 1000,
-      description: 'the ETag this write was based on: 412 when the object changed since',
+      pattern: ENTITY_TAGS_PATTERN,
+      description:
+        "the ETag this write is based on: one a read of the object answered (in any content encoding), or a write's; 412 when the object changed since (a weak ETag never matches)",
     }),
   ),
   'if-none-match': Type.Optional(
-    Type.String({ maxLength: 1000, description: '`*`: create only, 412 when it exists' }),
+    Type.String({
+      maxLength: 1000,
+      pattern: ENTITY_TAGS_PATTERN,
+      description: '`*`: create only, 412 when it exists; ETags: 412 when one names the object as it is',
+    }),
   ),
 });
 
-const ResourceWriteAnswer = Type.Object({
-  catalog: Type.Ref(Catalog),
-  resource: Type.Object({
-    slug: Type.String({ maxLength: 120 }),
-    id: Type.String({ maxLength: 36 }),
-    currentVersionId: Type.Union([Type.String({ maxLength: 36 }), Type.Null()]),
-  }),
-  changes: PublishChanges,
-});
+const ResourceWriteAnswer = Type.Object(
+  {
+    catalog: Type.Ref(Catalog),
+    resource: Type.Object({
+      slug: Slug,
+      id: Uuid,
+      currentVersionId: Type.Union([Uuid, Type.Null()]),
+    }),
+    changes: PublishChanges,
+  },
+  { title: 'ResourceWriteAnswer' },
+);
 
 function contextOf(request: FastifyRequest, owner: 'svc' | 'org'): WriteContext {
   const principal = request.principal as Principal;
@@ -120,19 +129,27 @@ export function publishRoutes(options: PublishRouteOptions): FastifyPluginAsyncT
       async (request, reply) => {
         const context = contextOf(request, request.params.owner);
         const dryRun = request.query.dryRun === true;
-        const report = send(
-          reply,
-          await publish.putCatalog(context, request.params.catalogSlug, request.body, dryRun),
-        );
+        const answer = await publish.putCatalog(context, request.params.catalogSlug, request.body, dryRun);
+        const report = send(reply, answer);
         // The report of a large Catalog is megabytes (every line, every pin): written in slices (D20).
         const parts = await jsonParts(report);
+        reply.type('application/json; charset=utf-8');
+        if (answer.pinsText) {
+          // The Catalog's pins are read from storage as they are sent, where the report has none (D30).
+          const at = parts.findIndex((part, i) => part.endsWith('"resourcePins":') && parts[i + 1] === '[]');
+          if (at < 0) throw new Error("the report's Catalog has no pins to fill in");
+          const pins = answer.pinsText;
+          async function* text() {
+            yield* parts.slice(0, at + 1);
+            yield* pins();
+            yield* parts.slice(at + 2);
+          }
+          return reply.send(Readable.from(text()) as never);
+        }
         let bytes = 0;
         for (const part of parts) bytes += Buffer.byteLength(part);
         // Sent part by part as it is: Fastify serializes objects, not streams.
-        return reply
-          .type('application/json; charset=utf-8')
-          .header('content-length', bytes)
-          .send(Readable.from(parts) as never);
+        return reply.header('content-length', bytes).send(Readable.from(parts) as never);
       },
     );
 

@@ -1,10 +1,13 @@
 import { type Static, Type } from '@sinclair/typebox';
-import { DateTime, Page, PageQuery, StringEnum, Uuid } from './common.js';
+import { DateTime, Page, PageQuery, REQUEST_ID_PATTERN, StringEnum, Uuid } from './common.js';
 import { AccountId } from './identity.js';
 
 /**
  * What a change of the log did (docs/design.md, "The change log"); the audit list names each event by
  * it. `catalog.updated` and `resource.updated` are changes of fields alone (a name, a status, facets).
+ * `webhook_endpoint.*` are an account's webhook endpoints (D28): created, updated (its URL, types,
+ * description, or enabled again), disabled (by a user, or by the service after five days of failures)
+ * and deleted.
  */
 export const CHANGE_TYPES = [
   'catalog.created',
@@ -21,28 +24,49 @@ export const CHANGE_TYPES = [
   'api_key.leak_revoked',
   'account.created',
   'account.plan_changed',
+  'webhook_endpoint.created',
+  'webhook_endpoint.updated',
+  'webhook_endpoint.disabled',
+  'webhook_endpoint.deleted',
 ] as const;
 
-export const AUDIT_ACTOR_TYPES = ['api-key', 'user', 'operator', 'leak-report'] as const;
+export const AUDIT_ACTOR_TYPES = ['api-key', 'user', 'operator', 'leak-report', 'service'] as const;
 
-export const AuditEvent = Type.Object({
-  id: Uuid,
-  at: DateTime,
-  accountId: AccountId,
-  actor: Type.Object({
-    type: StringEnum(AUDIT_ACTOR_TYPES, {
-      description:
-        'api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report',
+export const AuditEvent = Type.Object(
+  {
+    id: Uuid,
+    at: DateTime,
+    accountId: AccountId,
+    actor: Type.Object({
+      type: StringEnum(AUDIT_ACTOR_TYPES, {
+        description:
+          'api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report; service for what the service does by itself (a webhook endpoint disabled after failing for five days)',
+      }),
+      id: Type.Optional(
+        Type.String({
+          maxLength: 2048,
+          description: 'the key id, the user (token subject), or the leak URL',
+        }),
+      ),
     }),
-    id: Type.Optional(
-      Type.String({ maxLength: 2048, description: 'the key id, the user (token subject), or the leak URL' }),
+    action: StringEnum(CHANGE_TYPES),
+    target: Type.String({
+      maxLength: 300,
+      pattern: '^(?:catalog|resource|api-key|account|webhook_endpoint):[^\\s]{1,280}$',
+      description:
+        'what it was done to, by kind and human ref or id: catalog:org/handbook, resource:org/handbook/intro, api-key:<keyId>, account:<accountId>, webhook_endpoint:<id>',
+    }),
+    requestId: Type.Optional(
+      Type.String({
+        maxLength: 128,
+        pattern: REQUEST_ID_PATTERN,
+        description: 'the x-request-id of the write',
+      }),
     ),
-  }),
-  action: StringEnum(CHANGE_TYPES),
-  target: Type.String({ maxLength: 300, description: 'what it was done to, e.g. catalog:org/handbook' }),
-  requestId: Type.Optional(Type.String({ maxLength: 128, description: 'the x-request-id of the write' })),
-  summary: Type.String({ maxLength: 1000, description: 'what changed, in one line' }),
-});
+    summary: Type.String({ maxLength: 1000, description: 'what changed, in one line' }),
+  },
+  { title: 'AuditEvent' },
+);
 export type AuditEvent = Static<typeof AuditEvent>;
 
 export const AuditEventPage = Page(AuditEvent, {

@@ -1,4 +1,5 @@
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { KEY_ID_PATTERN } from './api-key-format.js';
 
 /** The largest integer the contract allows for counters and page numbers. */
 export const MAX_COUNTER = Number.MAX_SAFE_INTEGER;
@@ -38,6 +39,16 @@ export const MULTI_LINE_PATTERN =
   `^${NO_LONE_SURROGATE}` +
   '[^\\u0000-\\u0008\\u000B\\u000C\\u000E-\\u001F\\u007F-\\u009F\\u202A-\\u202E\\u2066-\\u2069]*$';
 
+/** D12: hashes are lowercase hex digests. */
+export const HASH_PATTERN = '^[0-9a-f]{32,128}$';
+
+/**
+ * RFC 9110 §13.1.1-2: `If-Match` and `If-None-Match` hold `*`, or a list of entity tags (`"…"` or
+ * `W/"…"`), whose elements may be empty. http/conditional.ts reads them.
+ */
+const ENTITY_TAG = '(?:W/)?"[^"\\u0000-\\u0020\\u007F]*"';
+export const ENTITY_TAGS_PATTERN = `^[ \\t]*(?:\\*|(?:,[ \\t]*)*${ENTITY_TAG}(?:[ \\t]*,(?:[ \\t]*${ENTITY_TAG})?)*)[ \\t]*$`;
+
 /** What a value that fails one of the service's patterns must be, in words: the patterns are not for people. */
 export const PATTERN_RULES: Readonly<Record<string, string>> = {
   [UUID_PATTERN]: 'must be a UUID',
@@ -49,6 +60,8 @@ export const PATTERN_RULES: Readonly<Record<string, string>> = {
     'or unpaired surrogates',
   [MULTI_LINE_PATTERN]:
     'must not hold control characters (but tab and line breaks), direction overrides or unpaired surrogates',
+  [ENTITY_TAGS_PATTERN]: 'must be * or a comma-separated list of entity tags, each "…" or W/"…"',
+  [HASH_PATTERN]: 'must be a lowercase hex digest',
 };
 
 export const Uuid = Type.String({
@@ -64,7 +77,12 @@ export const DateTime = Type.String({
 });
 export const Slug = Type.String({ minLength: 1, maxLength: 120, pattern: SLUG_PATTERN });
 export const FacetValue = Type.String({ minLength: 1, maxLength: 80, pattern: SLUG_PATTERN });
-export const Hash = Type.String({ minLength: 32, maxLength: 128 });
+export const Hash = Type.String({
+  minLength: 32,
+  maxLength: 128,
+  pattern: HASH_PATTERN,
+  description: 'lowercase hex digest (SHA-256: 64 characters)',
+});
 export const Counter = Type.Integer({ minimum: 0, maximum: MAX_COUNTER });
 export const VersionLabel = Type.String({ minLength: 1, maxLength: 80, pattern: SINGLE_LINE_PATTERN });
 export const Description = Type.String({ maxLength: 1000, pattern: MULTI_LINE_PATTERN });
@@ -128,34 +146,67 @@ export const PageMeta = Type.Object({
 });
 export type PageMeta = Static<typeof PageMeta>;
 
-/** The pagination envelope both list operations share. */
+/**
+ * The pagination envelope both list operations share. Its title names it in the OpenAPI document
+ * (`CatalogPage` for a page of `Catalog`): every body there is a named component.
+ */
 export function Page<T extends TSchema>(item: T, options: { description?: string } = {}) {
-  return Type.Object({ data: Type.Array(item, { maxItems: MAX_PAGE_SIZE }), meta: PageMeta }, options);
+  const named = (item as { $ref?: unknown }).$ref ?? item.title;
+  return Type.Object(
+    { data: Type.Array(item, { maxItems: MAX_PAGE_SIZE }), meta: PageMeta },
+    { ...(typeof named === 'string' ? { title: `${named}Page` } : {}), ...options },
+  );
 }
 
-export const ProblemCode = StringEnum([
-  'invalid_request',
-  'content_too_large',
-  'limit_reached',
-  'unauthenticated',
-  'forbidden',
-  'plan_required',
-  'not_found',
-  'method_not_allowed',
-  'key_inactive',
-  'version_label_taken',
-  'precondition_failed',
-  'invalid_sync_token',
-  'sync_token_expired',
-  'request_timeout',
-  'expectation_failed',
-  'headers_too_large',
-  'rate_limited',
-  'internal',
-  'not_implemented',
-  'unavailable',
-] as const);
+/**
+ * Every `code` a problem document may carry (D2), each with its `title`: the one list of codes. The
+ * OpenAPI document, the error handler and the docs page of each code all read it.
+ */
+export const PROBLEM_TITLES = {
+  invalid_request: 'Invalid request',
+  content_too_large: 'Content too large',
+  unsupported_media_type: 'Unsupported media type',
+  not_acceptable: 'Not acceptable',
+  limit_reached: 'Limit reached',
+  unauthenticated: 'Unauthenticated',
+  forbidden: 'Forbidden',
+  plan_required: 'Plan required',
+  not_found: 'Not found',
+  method_not_allowed: 'Method not allowed',
+  key_inactive: 'Key not active',
+  key_already_rolled: 'Key already rolled',
+  endpoint_disabled: 'Webhook endpoint disabled',
+  version_label_taken: 'Version label taken',
+  precondition_failed: 'Precondition failed',
+  invalid_sync_token: 'Invalid sync token',
+  sync_token_expired: 'Sync token expired',
+  request_timeout: 'Request timeout',
+  expectation_failed: 'Expectation failed',
+  headers_too_large: 'Request headers too large',
+  rate_limited: 'Too many requests',
+  internal: 'Internal error',
+  not_implemented: 'Not implemented',
+  unavailable: 'Service unavailable',
+} as const;
+
+export const PROBLEM_CODES = Object.keys(PROBLEM_TITLES) as (keyof typeof PROBLEM_TITLES)[];
+export const ProblemCode = StringEnum(PROBLEM_CODES);
 export type ProblemCode = Static<typeof ProblemCode>;
+
+/** Where the docs page of a problem code is served: a path of this service. */
+export const PROBLEM_DOCS_PATH = '/docs/problems';
+
+/**
+ * A problem document's `type` (RFC 9457 §3.1.1): a relative reference to the service's docs page
+ * that explains `code`. Relative, so that it resolves against the URL of the request that got the
+ * problem, whatever host, port or proxy the caller reached the service through.
+ *
+ * @example
+ * problemTypeUrl('precondition_failed'); // '/docs/problems/precondition_failed'
+ */
+export function problemTypeUrl(code: ProblemCode): string {
+  return `${PROBLEM_DOCS_PATH}/${code}`;
+}
 
 /** The request ids the service echoes (D2); any other is replaced by one it makes. */
 export const REQUEST_ID_PATTERN = '^[A-Za-z0-9._:-]{1,128}$';
@@ -170,8 +221,19 @@ export const MAX_PROBLEM_DETAIL = 1000;
 /** RFC 9457 problem document (D2). */
 export const Problem = Type.Object(
   {
-    type: Type.String({ format: 'uri', maxLength: 100, description: 'urn:playbook:problem:<code>' }),
-    title: Type.String({ maxLength: 100 }),
+    type: Type.String({
+      format: 'uri-reference',
+      maxLength: 100,
+      pattern: '^/docs/problems/[a-z_]+$',
+      description:
+        "the docs page that explains the code: a path of this service, resolved against the request's URL",
+    }),
+    title: Type.Unsafe<string>({
+      type: 'string',
+      enum: [...new Set(Object.values(PROBLEM_TITLES))],
+      maxLength: 100,
+      description: 'the title of the code, the same for every problem of it',
+    }),
     status: Type.Integer({ minimum: 400, maximum: 599, description: 'the HTTP status of the answer' }),
     code: ProblemCode,
     detail: Type.String({ maxLength: MAX_PROBLEM_DETAIL }),
@@ -189,6 +251,13 @@ export const Problem = Type.Object(
         }),
         { maxItems: MAX_LISTED_PROBLEMS, description: 'each problem of a 400, at most 20' },
       ),
+    ),
+    replacedBy: Type.Optional(
+      Type.String({
+        maxLength: 32,
+        pattern: KEY_ID_PATTERN,
+        description: 'key_already_rolled: the id of the key that replaced the one the request named',
+      }),
     ),
   },
   { $id: 'Problem', description: 'RFC 9457 problem document' },

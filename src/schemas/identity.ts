@@ -45,7 +45,7 @@ export const CreateApiKeyBody = Type.Object(
     scopes: ApiKeyScopes,
     expiresAt: Type.Optional({ ...DateTime, description: 'when the key stops working; in the future' }),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'CreateApiKeyBody' },
 );
 export type CreateApiKeyBody = Static<typeof CreateApiKeyBody>;
 
@@ -56,26 +56,39 @@ const keyFields = {
   scopes: ApiKeyScopes,
   environment: KeyEnvironment,
   createdAt: DateTime,
-  expiresAt: Type.Optional(DateTime),
+  expiresAt: Type.Optional({
+    ...DateTime,
+    description: 'when the key stops working: set at creation, or by a roll (the end of the overlap)',
+  }),
 };
 
 /** An API key as listed: never its secret. */
-export const ApiKey = Type.Object({
-  ...keyFields,
-  lastUsedAt: Type.Optional({ ...DateTime, description: 'last successful use, recorded within seconds' }),
-  revokedAt: Type.Optional(DateTime),
-});
+export const ApiKey = Type.Object(
+  {
+    ...keyFields,
+    lastUsedAt: Type.Optional({ ...DateTime, description: 'last successful use, recorded within seconds' }),
+    revokedAt: Type.Optional(DateTime),
+    replacedBy: Type.Optional({
+      ...ApiKeyId,
+      description: 'the key a roll minted to replace this one; a key is rolled once',
+    }),
+  },
+  { title: 'ApiKey' },
+);
 export type ApiKey = Static<typeof ApiKey>;
 
 /** The answer of key creation: the only time the key string is ever shown. */
-export const CreatedApiKey = Type.Object({
-  ...keyFields,
-  key: Type.String({
-    maxLength: 200,
-    pattern: API_KEY_PATTERN,
-    description: 'the whole key string, to send as x-api-key; shown once and never again',
-  }),
-});
+export const CreatedApiKey = Type.Object(
+  {
+    ...keyFields,
+    key: Type.String({
+      maxLength: 200,
+      pattern: API_KEY_PATTERN,
+      description: 'the whole key string, to send as x-api-key; shown once and never again',
+    }),
+  },
+  { title: 'CreatedApiKey' },
+);
 export type CreatedApiKey = Static<typeof CreatedApiKey>;
 
 export const ApiKeyPage = Page(ApiKey);
@@ -103,7 +116,7 @@ export const RollApiKeyBody = Type.Object(
       }),
     ),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'RollApiKeyBody' },
 );
 export type RollApiKeyBody = Static<typeof RollApiKeyBody>;
 
@@ -122,25 +135,28 @@ export const LeakReport = Type.Array(
       ),
     },
     // The reporter's format may gain fields: they are kept out of the verdict, not refused.
-    { additionalProperties: true },
+    { additionalProperties: true, title: 'LeakReportItem' },
   ),
-  { minItems: 1, maxItems: 1000 },
+  { minItems: 1, maxItems: 1000, title: 'LeakReport' },
 );
 export type LeakReport = Static<typeof LeakReport>;
 
 export const LeakVerdicts = Type.Array(
-  Type.Object({
-    token_hash: Type.String({
-      pattern: '^[0-9a-f]{64}$',
-      maxLength: 64,
-      description: 'SHA-256 of the reported token, hex: the token itself is never echoed',
-    }),
-    token_type: Type.String({ maxLength: 200, description: 'the type the report gave' }),
-    label: StringEnum(LEAK_LABELS, {
-      description:
-        'true_positive: a key of this deployment, now revoked (or already); false_positive: anything else',
-    }),
-  }),
-  { maxItems: 1000 },
+  Type.Object(
+    {
+      token_hash: Type.String({
+        pattern: '^[0-9a-f]{64}$',
+        maxLength: 64,
+        description: 'SHA-256 of the reported token, hex: the token itself is never echoed',
+      }),
+      token_type: Type.String({ maxLength: 200, description: 'the type the report gave' }),
+      label: StringEnum(LEAK_LABELS, {
+        description:
+          'true_positive: a key of this deployment, now revoked (or already); false_positive: anything else',
+      }),
+    },
+    { title: 'LeakVerdict' },
+  ),
+  { maxItems: 1000, title: 'LeakVerdicts' },
 );
 export type LeakVerdicts = Static<typeof LeakVerdicts>;

@@ -42,7 +42,7 @@ const resourceFields = {
 
 export const PublishedResource = Type.Object(
   { slug: Slug, ...resourceFields },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'PublishedResource' },
 );
 export type PublishedResource = Static<typeof PublishedResource>;
 
@@ -58,14 +58,20 @@ export const PutCatalogBody = Type.Object(
       description: 'every Resource of the Catalog: those left out are archived',
     }),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, title: 'PutCatalogBody' },
 );
 export type PutCatalogBody = Static<typeof PutCatalogBody>;
 
-export const PutResourceBody = Type.Object(resourceFields, { additionalProperties: false });
+export const PutResourceBody = Type.Object(resourceFields, {
+  additionalProperties: false,
+  title: 'PutResourceBody',
+});
 export type PutResourceBody = Static<typeof PutResourceBody>;
 
-export const PublishVersionBody = Type.Object({ version: VersionLabel }, { additionalProperties: false });
+export const PublishVersionBody = Type.Object(
+  { version: VersionLabel },
+  { additionalProperties: false, title: 'PublishVersionBody' },
+);
 
 export const DryRunQuery = Type.Object(
   {
@@ -84,25 +90,31 @@ export const CatalogWriteParams = Type.Object({
 });
 export const ResourceWriteParams = Type.Object({ ...CatalogWriteParams.properties, resourceSlug: Slug });
 
-export const PublishChanges = Type.Object({
-  created: Counter,
-  updated: Counter,
-  superseded: Counter,
-  archived: Counter,
-  unchanged: Counter,
-});
+export const PublishChanges = Type.Object(
+  {
+    created: Counter,
+    updated: Counter,
+    superseded: Counter,
+    archived: Counter,
+    unchanged: Counter,
+  },
+  { title: 'PublishChanges' },
+);
 export type PublishChanges = Static<typeof PublishChanges>;
 
-export const PublishReport = Type.Object({
-  catalog: Type.Optional({
-    ...Type.Ref(Catalog),
-    description: 'the Catalog as it now is; absent from a dry run that would create it',
-  }),
-  changes: PublishChanges,
-  dryRun: Type.Boolean(),
-  lines: Type.Array(Type.String({ maxLength: 1000 }), {
-    maxItems: MAX_CATALOG_RESOURCES + 10,
-    description: 'what changed (or would), one line each, as playbook import reports it',
-  }),
-});
+export const PublishReport = Type.Object(
+  {
+    catalog: Type.Optional({
+      ...Type.Ref(Catalog),
+      description: 'the Catalog as it now is; absent from a dry run that would create it',
+    }),
+    changes: PublishChanges,
+    dryRun: Type.Boolean(),
+    lines: Type.Array(Type.String({ maxLength: 1000 }), {
+      maxItems: MAX_CATALOG_RESOURCES + 10,
+      description: 'what changed (or would), one line each, as playbook import reports it',
+    }),
+  },
+  { title: 'PublishReport' },
+);
 export type PublishReport = Static<typeof PublishReport>;

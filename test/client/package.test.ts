@@ -28,7 +28,9 @@ describe('@playbook/client in this repository (D24)', () => {
       'Playbook',
       'PlaybookError',
       'PlaybookSync',
+      'WebhookVerificationError',
       'parseApiKey',
+      'verifyWebhook',
     ]);
     expect(client.parseApiKey('not a key')).toBeNull();
   });

@@ -158,7 +158,18 @@ describe('@playbook/client packed and installed outside the repository (D29)', (
   });
 
   it('packs an ESM and a CommonJS build with their declarations, its README and package.json, and nothing else', async () => {
-    const modules = ['api-key', 'client', 'errors', 'index', 'openapi', 'sync', 'transport'];
+    const modules = [
+      'api-key',
+      'client',
+      'errors',
+      'index',
+      'openapi',
+      'pages',
+      'sync',
+      'transport',
+      'webhook-endpoints',
+      'webhooks',
+    ];
     const expected = [
       'README.md',
       'dist/cjs/package.json',
@@ -253,7 +264,15 @@ describe('@playbook/client packed and installed outside the repository (D29)', (
           path.join(project, 'node_modules/@playbook/client', build),
         );
         expect(seen).toMatchObject({
-          exports: ['MemoryCache', 'Playbook', 'PlaybookError', 'PlaybookSync', 'parseApiKey'],
+          exports: [
+            'MemoryCache',
+            'Playbook',
+            'PlaybookError',
+            'PlaybookSync',
+            'WebhookVerificationError',
+            'parseApiKey',
+            'verifyWebhook',
+          ],
           otherBuild: moduleSystem === 'esm' ? true : null,
           catalog: 'svc/handbook',
           content: '# Intro\n',

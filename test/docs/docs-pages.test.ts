@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DOCS_DIR, pageUrl, renderDocs } from '../../src/docs/docs-site.js';
-import { ProblemCode } from '../../src/schemas/common.js';
+import { type ProblemCode as Code, ProblemCode, problemTypeUrl } from '../../src/schemas/common.js';
 import { buildTestApp, PrincipalRegistry } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 
@@ -130,10 +130,13 @@ describe('the docs pages under /docs', () => {
     expect(codes.length).toBeGreaterThanOrEqual(18);
     const index = (await get('/docs/problems')).body;
     for (const code of codes) {
-      const answer = await get(`/docs/problems/${code}`);
+      // Where every problem document of the code points (its `type`).
+      const url = problemTypeUrl(code as Code);
+      expect(url).toBe(`/docs/problems/${code}`);
+      const answer = await get(url);
       expect(answer.statusCode, `the page of ${code}`).toBe(200);
       expect(answer.body).toMatch(new RegExp(`<h1[^>]*><code>${code}</code>: \\d{3} `));
-      expect(hrefs(index)).toContain(`/docs/problems/${code}`);
+      expect(hrefs(index)).toContain(url);
     }
   });
 

@@ -198,7 +198,8 @@ describe('README quick start, run as written', () => {
     expect(skipped).toEqual(['npm ci && npm start', 'npm ci && npm test']);
     // The steps take a reader from a key to a read, a publish and a mirror.
     expect(steps.length).toBeGreaterThanOrEqual(6);
-    expect(steps[0]!.command).toBe(`export PLAYBOOK_URL=${README_ADDRESS}`);
+    expect(steps[0]!.command).toMatch(/^export PLAYBOOK_API_KEY=\$\(npx playbook keys create /);
+    expect(steps[0]!.command).toContain(`export PLAYBOOK_URL=${README_ADDRESS}`);
     expect(steps.some((step) => step.command.includes('npx playbook publish'))).toBe(true);
     expect(steps.some((step) => step.command.includes('node examples/mirror-catalogs.mjs'))).toBe(true);
   });

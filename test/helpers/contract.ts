@@ -302,12 +302,24 @@ export function checkPage(value: unknown, item: Check): Violations {
 
 const PROBLEM_CODES = [
   'invalid_request',
+  'content_too_large',
+  'unsupported_media_type',
+  'not_acceptable',
+  'limit_reached',
   'unauthenticated',
   'forbidden',
   'plan_required',
   'not_found',
   'method_not_allowed',
+  'key_inactive',
+  'key_already_rolled',
+  'endpoint_disabled',
+  'version_label_taken',
+  'precondition_failed',
+  'invalid_sync_token',
+  'sync_token_expired',
   'request_timeout',
+  'expectation_failed',
   'headers_too_large',
   'rate_limited',
   'internal',
@@ -372,6 +384,13 @@ export function checkProblem(answer: Answer, status: number, code: string): Viol
   const doc = body as Partial<ProblemDocument>;
   if (doc.status !== status) violations.push(`problem.status: ${doc.status}, expected ${status}`);
   if (doc.code !== code) violations.push(`problem.code: ${doc.code}, expected ${code}`);
+  // D29: the type is the service's docs page of the code, relative to the request's URL.
+  if (doc.type !== `/docs/problems/${doc.code}`) violations.push(`problem.type: ${doc.type}`);
+  // RFC 9110 §11.6.1 and §10.2.3, as D29 asks of every 401 and 503.
+  if (status === 401 && !answer.headers['www-authenticate']) violations.push('401 without WWW-Authenticate');
+  if (status === 503 && !/^\d+$/.test(String(answer.headers['retry-after'] ?? ''))) {
+    violations.push('503 without Retry-After');
+  }
   if (doc.requestId !== answer.headers['x-request-id']) {
     violations.push('problem.requestId: differs from the x-request-id header');
   }

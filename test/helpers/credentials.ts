@@ -7,10 +7,12 @@ import { UnitOfWork, type UnitOfWorkOptions } from '../../src/changes/unit-of-wo
 import { buildApp } from '../../src/composition/app.js';
 import type { ContentStore } from '../../src/content/content-store.js';
 import { type Config, loadConfig } from '../../src/foundation/config.js';
+import { loadDeploymentKeys } from '../../src/foundation/deployment-key.js';
 import { Metrics } from '../../src/observability/metrics.js';
 import type { Tracing } from '../../src/observability/tracing.js';
 import { PublishService } from '../../src/publish/publish-service.js';
 import type { Scope } from '../../src/schemas/identity.js';
+import { WebhookEndpoints } from '../../src/webhooks/webhook-endpoints.js';
 import type { TestBackend } from './backend.js';
 import { followNow, type ReadSide, readSide } from './read-side.js';
 import { type SyncParts, type SyncSetup, syncParts } from './sync.js';
@@ -187,6 +189,16 @@ export async function buildIdentityApp(
     readiness: [],
     keys: identity.keys,
     audit: identity.audit,
+    webhooks: new WebhookEndpoints(backend.databases.primary, {
+      writes: identity.writes,
+      keys: () =>
+        loadDeploymentKeys({
+          dataDir: config.dataDir,
+          databaseKind: config.database.kind,
+          ...(config.deploymentKeys === undefined ? {} : { keys: config.deploymentKeys }),
+        }),
+      urls: config.webhooks,
+    }),
     publish: {
       service: publish,
       maxBodyBytes: config.maxPublishBytes,

@@ -235,10 +235,13 @@ describe('read caches', () => {
       },
     );
 
-    it('the detail keeps the ETag of its bytes, as every answer had it before', async () => {
-      const res = await get(detailUrl(resources[3]!));
-      const digest = createHash('sha256').update(res.rawPayload).digest('base64url');
-      expect(res.headers.etag).toBe(`"${digest.slice(0, 32)}"`);
+    it("D29: the detail's ETag is its Resource's version tag, held with the answer", async () => {
+      const url = detailUrl(resources[3]!);
+      const first = await get(url);
+      expect(first.headers.etag).toMatch(/^"r[A-Za-z0-9_-]{32}"$/);
+      expect((await get(url)).headers.etag).toBe(first.headers.etag);
+      // Another Resource, another tag.
+      expect((await get(detailUrl(resources[2]!))).headers.etag).not.toBe(first.headers.etag);
     });
 
     it('HEAD answers the headers of GET without a body', async () => {

@@ -43,7 +43,7 @@ function countingFetch(before?: (call: number) => Response | Error | undefined) 
 const unavailable = () =>
   new Response(
     JSON.stringify({
-      type: 'urn:playbook:problem:unavailable',
+      type: '/docs/problems/unavailable',
       title: 'Service unavailable',
       status: 503,
       code: 'unavailable',

@@ -166,6 +166,77 @@ describe('rolling an API key (D22)', () => {
     await revokeAll();
   });
 
+  it('D29: a key rolls once: a second roll is 409 key_already_rolled naming the successor, which rolls in turn', async () => {
+    clock = START;
+    const old = await create();
+    const first = await roll(old.id, { overlapSeconds: 600 });
+    expect(first.statusCode).toBe(201);
+    const successor = first.json() as { id: string; key: string };
+    const again = await roll(old.id, { overlapSeconds: 600 });
+    expect(again.statusCode).toBe(409);
+    expect(again.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(again.json()).toMatchObject({
+      status: 409,
+      code: 'key_already_rolled',
+      title: 'Key already rolled',
+      type: '/docs/problems/key_already_rolled',
+      replacedBy: successor.id,
+    });
+    expect(again.json().detail).toContain(successor.id);
+    // The key object says what replaced it and until when it works; the successor says neither.
+    expect(await listed(old.id)).toMatchObject({
+      replacedBy: successor.id,
+      expiresAt: new Date(START + 600_000).toISOString(),
+    });
+    expect((await listed(successor.id)).replacedBy).toBeUndefined();
+    expect((await listed(successor.id)).expiresAt).toBeUndefined();
+    // The refused roll minted nothing and changed nothing: one roll in the log, the old expiry kept.
+    const rolls = (await loggedChanges(backend.databases.primary, 'acme')).filter(
+      (change) => change.type === 'api_key.rolled' && change.target.id === old.id,
+    );
+    expect(rolls).toHaveLength(1);
+    expect(await readWith(old.key)).toBe(200);
+    // The chain goes on from the successor.
+    const next = await roll(successor.id, { overlapSeconds: 60 });
+    expect(next.statusCode).toBe(201);
+    expect((await listed(successor.id)).replacedBy).toBe(next.json().id);
+    await revokeAll();
+  });
+
+  it('D29: two rolls of one key at once, on one instance or on two, leave exactly one successor', async () => {
+    clock = START;
+    const other = createTestIdentity(backend, { options: { now: () => clock } });
+    const second = await buildIdentityApp(backend, other);
+    try {
+      for (const apps of [
+        [app, app],
+        [app, second],
+      ]) {
+        const old = await create();
+        const keysBefore = (
+          await app.inject({ url: `${KEYS}?accountId=acme&pageSize=100`, headers: ada })
+        ).json().meta.total as number;
+        const answers = await Promise.all(
+          apps.map((instance) =>
+            instance.inject({ method: 'POST', url: `${KEYS}/${old.id}/roll`, headers: ada, payload: {} }),
+          ),
+        );
+        const statuses = answers.map((answer) => answer.statusCode).sort();
+        expect(statuses).toEqual([201, 409]);
+        const won = answers.find((answer) => answer.statusCode === 201)!.json() as { id: string };
+        const lost = answers.find((answer) => answer.statusCode === 409)!.json();
+        expect(lost).toMatchObject({ code: 'key_already_rolled', replacedBy: won.id });
+        const after = await app.inject({ url: `${KEYS}?accountId=acme&pageSize=100`, headers: ada });
+        expect(after.json().meta.total).toBe(keysBefore + 1);
+        expect(await listed(old.id)).toMatchObject({ replacedBy: won.id });
+        await revokeAll();
+      }
+    } finally {
+      await second.close();
+      await other.close();
+    }
+  });
+
   it("404 for an unknown key and for another account's key, which stays untouched", async () => {
     clock = START;
     const theirs = await create('globex');

@@ -15,15 +15,17 @@ describe('identity wired into the services', () => {
     await backend.cleanup();
   });
 
-  it('tells a newcomer how to mint a token and create a key on the embedded default', async () => {
+  it('tells a newcomer how to create a key and read with it on the embedded default', async () => {
     const services = createServices(loadConfig(backend.env), logger);
     const lines = services.gettingStarted('http://127.0.0.1:8080');
     await services.close();
     expect(lines.length).toBeLessThanOrEqual(8);
     const text = lines.join('\n');
-    expect(text).toContain('npx playbook token --user you --account demo');
-    expect(text).toContain('curl -s -X POST http://127.0.0.1:8080/v3/identity/api-keys');
-    expect(text).toContain('x-api-key');
+    expect(text).toContain('npx playbook keys create --account demo');
+    expect(text).toContain(
+      'curl -s http://127.0.0.1:8080/v3/playbook/catalogs -H "x-api-key: $PLAYBOOK_API_KEY"',
+    );
+    expect(text).toContain('http://127.0.0.1:8080/docs/guides');
   });
 
   it('points at the identity provider when a JWKS URL is configured', async () => {

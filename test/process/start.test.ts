@@ -32,6 +32,24 @@ describe('npm start (README)', () => {
     expect(catalogs.headers.get('content-type')).toMatch(/^application\/problem\+json/);
   });
 
+  it('prints first steps that work as printed: a key made by the command line reads the demo Catalogs', async () => {
+    const lines = started.stderr().split('\n');
+    const first = lines.findIndex((line) => line.startsWith('First steps'));
+    expect(first).toBeGreaterThan(-1);
+    const commands = lines
+      .slice(first + 1)
+      .filter((line) => line.startsWith('  '))
+      .map((line) => line.trim());
+    expect(commands).toHaveLength(2);
+    const { stdout } = await promisify(execFile)('bash', ['-euo', 'pipefail', '-c', commands.join('\n')], {
+      cwd: ROOT,
+      env: { ...process.env, PLAYBOOK_DATA_DIR: dataDir },
+    });
+    const answer = JSON.parse(stdout) as { data: { humanRef: string }[]; meta: { total: number } };
+    expect(answer.meta.total).toBe(4);
+    expect(answer.data.map((catalog) => catalog.humanRef)).toContain('svc/incident-response');
+  });
+
   it('with PLAYBOOK_METRICS_PORT, serves the metrics on that port of loopback, counting from the first request (D25)', async () => {
     const metrics = `http://127.0.0.1:${metricsPort}/metrics`;
     expect(started.stderr()).toContain(`Metrics for Prometheus: ${metrics}`);

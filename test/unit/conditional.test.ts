@@ -1,6 +1,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { createOnly, matchHolds, noneMatchNames, parseEntityTags } from '../../src/http/conditional.js';
+import {
+  createOnly,
+  matchHolds,
+  noneMatchNames,
+  noneMatchNamesState,
+  parseEntityTags,
+  representationTag,
+} from '../../src/http/conditional.js';
 
 /** RFC 9110 §8.8.3 and §13.1: entity-tag lists, strong comparison for If-Match, weak for If-None-Match. */
 describe('conditional requests (RFC 9110)', () => {
@@ -54,6 +61,39 @@ describe('conditional requests (RFC 9110)', () => {
     expect(matchHolds('*', undefined)).toBe(false);
     expect(matchHolds('"abc"', undefined)).toBe(false);
     expect(matchHolds('"abc', '"abc"')).toBe(false);
+  });
+
+  it('D29: If-Match takes the tag of any encoding of the current state, strongly; nothing else derived from it', () => {
+    expect(representationTag('rAbc')).toBe('"rAbc"');
+    expect(representationTag('rAbc', 'br')).toBe('"rAbc-br"');
+    expect(representationTag('rAbc', 'gzip')).toBe('"rAbc-gzip"');
+    for (const sent of ['"rAbc"', '"rAbc-br"', '"rAbc-gzip"', '"x", "rAbc-br"']) {
+      expect(matchHolds(sent, '"rAbc"'), sent).toBe(true);
+    }
+    for (const sent of [
+      'W/"rAbc-br"',
+      '"rAbc-deflate"',
+      '"rAbc-br-br"',
+      '"rAb"',
+      '"rAbc-"',
+      '"rAbc,rAbc-br"',
+    ]) {
+      expect(matchHolds(sent, '"rAbc"'), sent).toBe(false);
+    }
+    // A tag that itself ends like an encoding's is matched as a whole, never cut.
+    expect(matchHolds('"rAb-br"', '"rAb-br"')).toBe(true);
+    expect(matchHolds('"rAb"', '"rAb-br"')).toBe(false);
+  });
+
+  it("D29: a write's If-None-Match names the current state in any encoding, weakly", () => {
+    for (const sent of ['"rAbc"', 'W/"rAbc-gzip"', '"x", "rAbc-br"', '*']) {
+      expect(noneMatchNamesState(sent, '"rAbc"'), sent).toBe(true);
+    }
+    for (const sent of ['"rAb"', '"rAbc-zstd"', 'rAbc']) {
+      expect(noneMatchNamesState(sent, '"rAbc"'), sent).toBe(false);
+    }
+    // A read's If-None-Match names only the representation it would send.
+    expect(noneMatchNames('"rAbc-br"', '"rAbc"')).toBe(false);
   });
 
   it('If-None-Match: * alone makes a write create-only', () => {

@@ -1,5 +1,6 @@
 import { parseApiKey } from './api-key.js';
 import type { components, operations } from './openapi.js';
+import { everyItem } from './pages.js';
 import { PlaybookSync } from './sync.js';
 import {
   type Call,
@@ -9,6 +10,7 @@ import {
   Transport,
   type Written,
 } from './transport.js';
+import { webhookEndpointsOf } from './webhook-endpoints.js';
 
 type Schemas = components['schemas'];
 type Json<Op extends keyof operations, Status extends number> = operations[Op]['responses'] extends {
@@ -101,23 +103,6 @@ export interface CallOptions {
    * before anything is sent.
    */
   readonly headers?: Readonly<Record<string, string>>;
-}
-
-interface PageShape<T> {
-  readonly data: readonly T[];
-  readonly meta: { readonly page: number; readonly pageCount: number };
-}
-
-/** Every item of every page, fetched one page at a time as the loop asks for them. */
-async function* everyItem<T>(
-  fetchPage: (page: number) => Promise<PageShape<T>>,
-  firstPage = 1,
-): AsyncGenerator<T, void, undefined> {
-  for (let page = firstPage; ; page++) {
-    const answer = await fetchPage(page);
-    yield* answer.data;
-    if (answer.meta.page >= answer.meta.pageCount || answer.data.length === 0) return;
-  }
 }
 
 const segment = encodeURIComponent;
@@ -376,6 +361,9 @@ export class Playbook {
     ): AsyncGenerator<AuditEvent, void, undefined> =>
       everyItem((page) => this.auditEvents.list({ ...query, page }, options), query.page),
   };
+
+  /** Webhook endpoints of an account, with an access token of one of its users (webhook-endpoints.ts). */
+  readonly webhookEndpoints = webhookEndpointsOf(() => this.transport);
 
   /** Key management, with an access token. */
   readonly apiKeys = {

@@ -57,7 +57,7 @@ export type QueryValue = string | number | boolean | readonly (string | number)[
 
 export interface Call {
   readonly operation: string;
-  readonly method: 'GET' | 'POST' | 'PUT' | 'DELETE';
+  readonly method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
   readonly path: string;
   readonly query?: Readonly<Record<string, QueryValue>> | undefined;
   readonly body?: unknown;

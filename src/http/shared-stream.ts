@@ -1,0 +1,306 @@
+import { Readable } from 'node:stream';
+import zlib from 'node:zlib';
+import pLimit from 'p-limit';
+import { yieldIfBusy } from '../foundation/pace.js';
+
+/**
+ * Answers too large to hold in memory (the catalogs list of a Catalog of 100,000 Resources is tens of
+ * megabytes), written as they are read (D30): the body is made block by block from storage, each block
+ * sent to the socket (through the compressor, for a compressed representation) and let go.
+ *
+ * Requests for the same representation that arrive together share one pass over storage: the pass
+ * hands each block to every reader, keeps the blocks a reader has not taken yet, and waits when its
+ * slowest reader is {@link AHEAD_BYTES} behind, so a pass holds at most that much whatever the body's
+ * size. A reader may join a pass while its first {@link JOIN_WINDOW_BYTES} are still held (it is sent
+ * them first); later ones start a pass of their own. A pass whose readers have all gone stops reading
+ * storage at once.
+ */
+
+/** Bytes of the identity body per block: what is read, compressed and sent as one. */
+export const BLOCK_BYTES = 64 * 1024;
+/**
+ * A pass may be joined for its first {@link GATHER_MS} (the requests of a moment, each sent the blocks
+ * made before it came), while it has made at most {@link JOIN_WINDOW_BYTES}: a pass that has made
+ * that much waits for the moment to pass, so that a body of any size holds no more meanwhile.
+ */
+const GATHER_MS = 100;
+const JOIN_WINDOW_BYTES = 4 * 1024 * 1024;
+/** How far a pass runs ahead of its slowest reader before it waits. */
+const AHEAD_BYTES = 1024 * 1024;
+/**
+ * Passes reading storage at once, across every streamed answer: each holds up to a window of blocks
+ * and, compressed, an encoder of a few megabytes; more requests wait for a turn (and may share it).
+ */
+const CONCURRENT_PASSES = 4;
+const passTurns = pLimit(CONCURRENT_PASSES);
+
+/**
+ * A compressed stream is made once per pass, not once per answer kept: a faster setting than kept
+ * answers use, and a window of 1 MiB, so that an encoder holds little.
+ */
+const STREAM_BROTLI: zlib.BrotliOptions = {
+  params: {
+    [zlib.constants.BROTLI_PARAM_QUALITY]: 4,
+    [zlib.constants.BROTLI_PARAM_LGWIN]: 20,
+  },
+};
+
+export type StreamEncoding = 'br' | 'gzip';
+
+/**
+ * The blocks of `parts` (text made in pieces of any size), each exactly {@link BLOCK_BYTES} but the
+ * last: the same text always gives the same blocks, so a compressor fed them always writes the same
+ * bytes (a representation's strong ETag holds for every pass).
+ */
+export async function* blocksOf(parts: AsyncIterable<string>): AsyncGenerator<Buffer> {
+  let block = Buffer.allocUnsafe(BLOCK_BYTES);
+  let used = 0;
+  for await (const part of parts) {
+    const bytes = Buffer.from(part);
+    for (let offset = 0; offset < bytes.length; ) {
+      const copied = bytes.copy(block, used, offset);
+      used += copied;
+      offset += copied;
+      if (used === BLOCK_BYTES) {
+        yield block;
+        block = Buffer.allocUnsafe(BLOCK_BYTES);
+        used = 0;
+      }
+    }
+  }
+  if (used > 0) yield block.subarray(0, used);
+}
+
+/** `body` in blocks of {@link BLOCK_BYTES}, as `blocksOf` cuts the same text. */
+async function* blocksOfBody(body: Buffer): AsyncGenerator<Buffer> {
+  for (let offset = 0; offset < body.length; offset += BLOCK_BYTES) {
+    yield body.subarray(offset, offset + BLOCK_BYTES);
+  }
+}
+
+/**
+ * A body held whole, compressed as a pass over its blocks would compress it: an answer that is held on
+ * one instance and written as it is read on another (a smaller budget) has the same bytes in every
+ * encoding, as its validator says.
+ */
+export async function compressLikeStream(encoding: StreamEncoding, body: Buffer): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const part of compressed(blocksOfBody(body), encoding)) parts.push(part);
+  return Buffer.concat(parts);
+}
+
+/**
+ * `blocks` through the compressor of `encoding`, each block written on its own (the compressor's
+ * output depends on how its input is cut); storage is read as the compressor takes blocks.
+ */
+async function* compressed(blocks: AsyncGenerator<Buffer>, encoding: StreamEncoding): AsyncGenerator<Buffer> {
+  const compressor = encoding === 'br' ? zlib.createBrotliCompress(STREAM_BROTLI) : zlib.createGzip();
+  const input = Readable.from(blocks, { objectMode: true, highWaterMark: 1 });
+  input.pipe(compressor);
+  input.on('error', (error) => compressor.destroy(error));
+  try {
+    for await (const chunk of compressor) yield chunk as Buffer;
+  } finally {
+    // A pass stopped early: the compressor and, through the input, the reading of storage stop too.
+    input.destroy();
+    compressor.destroy();
+  }
+}
+
+/** One reader of a pass: a request's body. */
+class PassReader extends Readable {
+  /** The index (from the pass's start) of the next block this reader takes. */
+  next = 0;
+  /** Whether it asked for a block the pass had not made yet. */
+  wants = false;
+  /** Whether its end (or the pass's failure) has been given it. */
+  finished = false;
+
+  constructor(private readonly pass: Pass) {
+    super({ highWaterMark: BLOCK_BYTES });
+  }
+
+  override _read(): void {
+    this.wants = true;
+    this.pass.feed(this);
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    this.pass.leave(this);
+    callback(error);
+  }
+}
+
+/** One pass over a body's blocks, handed to every reader that joined it. */
+class Pass {
+  /** Blocks held, the first of them block number `first` of the pass. */
+  private blocks: Buffer[] = [];
+  private first = 0;
+  /** Blocks made so far. */
+  private made = 0;
+  private heldBytes = 0;
+  private readonly readers = new Set<PassReader>();
+  private ended = false;
+  private failure: unknown;
+  private stopped = false;
+  private resume: (() => void) | undefined;
+  /** Until when new readers may join, while the first blocks are all held. */
+  private gatheringUntil = Number.POSITIVE_INFINITY;
+  private closedToJoiners = false;
+
+  constructor(
+    source: () => AsyncGenerator<Buffer>,
+    private readonly closed: () => void,
+  ) {
+    void passTurns(() => this.run(source));
+  }
+
+  /** Whether a new reader may join: the pass holds every block it made, and its moment lasts. */
+  get joinable(): boolean {
+    if (!this.closedToJoiners && performance.now() >= this.gatheringUntil) this.unjoinable();
+    return !this.closedToJoiners;
+  }
+
+  join(): Readable {
+    const reader = new PassReader(this);
+    this.readers.add(reader);
+    return reader;
+  }
+
+  /** Hands `reader` the blocks it has not had, as far as it takes them. */
+  feed(reader: PassReader): void {
+    while (reader.wants && reader.next < this.made) {
+      const block = this.blocks[reader.next - this.first]!;
+      reader.next++;
+      reader.wants = reader.push(block);
+    }
+    if (reader.next === this.made && this.ended && !reader.finished) {
+      reader.finished = true;
+      if (this.failure === undefined) reader.push(null);
+      else reader.destroy(this.failure instanceof Error ? this.failure : new Error(String(this.failure)));
+      return;
+    }
+    this.release();
+  }
+
+  leave(reader: PassReader): void {
+    this.readers.delete(reader);
+    if (this.readers.size === 0 && !this.ended) {
+      // Nobody reads what it would make: storage is read no further.
+      this.stopped = true;
+      this.unjoinable();
+    }
+    this.release();
+  }
+
+  private async run(source: () => AsyncGenerator<Buffer>): Promise<void> {
+    if (this.stopped) return;
+    this.gatheringUntil = performance.now() + GATHER_MS;
+    const blocks = source();
+    try {
+      for (;;) {
+        if (this.stopped) break;
+        const { value, done } = await blocks.next();
+        if (done || this.stopped) break;
+        this.blocks.push(value);
+        this.made++;
+        this.heldBytes += value.length;
+        for (const reader of this.readers) this.feed(reader);
+        // SQLite's statements resolve without a turn of the event loop: the turn is given here (D20).
+        await yieldIfBusy();
+        if (this.heldBytes >= JOIN_WINDOW_BYTES && this.joinable) {
+          // The window is full: let the moment end before making more, then close it.
+          await new Promise((resolve) => setTimeout(resolve, this.gatheringUntil - performance.now()));
+          this.unjoinable();
+        }
+        while (!this.stopped && this.aheadBytes() > AHEAD_BYTES) {
+          await new Promise<void>((resolve) => {
+            this.resume = resolve;
+          });
+        }
+      }
+    } catch (error) {
+      this.failure = error;
+    } finally {
+      this.ended = true;
+      this.unjoinable();
+      await blocks.return(undefined);
+      for (const reader of this.readers) this.feed(reader);
+    }
+  }
+
+  private unjoinable(): void {
+    if (this.closedToJoiners) return;
+    this.closedToJoiners = true;
+    this.closed();
+  }
+
+  /** Bytes made that the slowest reader has not taken. */
+  private aheadBytes(): number {
+    const slowest = this.slowest();
+    let bytes = 0;
+    for (let index = Math.max(slowest, this.first); index < this.made; index++) {
+      bytes += this.blocks[index - this.first]!.length;
+    }
+    return bytes;
+  }
+
+  private slowest(): number {
+    let slowest = this.made;
+    for (const reader of this.readers) slowest = Math.min(slowest, reader.next);
+    return slowest;
+  }
+
+  /** Lets go of the blocks every reader has taken (once nobody may join), and wakes the pass. */
+  private release(): void {
+    if (this.closedToJoiners) {
+      const drop = this.slowest() - this.first;
+      if (drop > 0) {
+        for (const block of this.blocks.splice(0, drop)) this.heldBytes -= block.length;
+        this.first += drop;
+      }
+    }
+    const resume = this.resume;
+    if (resume && (this.stopped || this.aheadBytes() <= AHEAD_BYTES)) {
+      this.resume = undefined;
+      resume();
+    }
+  }
+}
+
+/**
+ * An answer too large to hold: its validator is known before its body, and each request for it is sent
+ * a pass over the body's blocks, shared with the requests for the same representation that arrive with
+ * it. Kept in memory in place of its body, it holds what makes the body (`heldBytes` of it).
+ */
+export class SharedStream {
+  private readonly passes = new Map<StreamEncoding | 'identity', Pass>();
+
+  /**
+   * @param tag the validator of the identity body, made before the body (see `tagOf`)
+   * @param heldBytes what this answer holds while it is kept, for the answer budget
+   * @param body the identity body's blocks, made afresh for each pass (`blocksOf`)
+   */
+  constructor(
+    readonly tag: string,
+    readonly heldBytes: number,
+    private readonly body: () => AsyncGenerator<Buffer>,
+  ) {}
+
+  /** The body in `encoding` (identity when undefined), read from a pass shared where it can be. */
+  open(encoding: StreamEncoding | undefined): Readable {
+    const name = encoding ?? 'identity';
+    let pass = this.passes.get(name);
+    if (!pass?.joinable) {
+      const made: Pass = new Pass(
+        () => (encoding === undefined ? this.body() : compressed(this.body(), encoding)),
+        () => {
+          if (this.passes.get(name) === made) this.passes.delete(name);
+        },
+      );
+      pass = made;
+      this.passes.set(name, pass);
+    }
+    return pass.join();
+  }
+}
