@@ -84,7 +84,8 @@ export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
   };
   return async (app) => {
     app.route({
-      method: 'GET',
+      // HEAD answers as GET does, held the same way, without the body (D11).
+      method: ['GET', 'HEAD'],
       url: '/v3/playbook/sync',
       config: READ,
       schema: {

@@ -383,6 +383,24 @@ describe('the sync feed (D27)', () => {
     expect(again.statusCode).toBe(304);
   });
 
+  it('answers HEAD as GET, with the same status and headers and no body (D11)', async () => {
+    const { syncToken } = await mirrorOf(acme);
+    const url = `/v3/playbook/sync?syncToken=${syncToken}`;
+    const get = await app.inject({ url, headers: acme });
+    const head = await app.inject({ method: 'HEAD', url, headers: acme });
+    expect(head.statusCode).toBe(200);
+    expect(head.body).toBe('');
+    expect(head.headers.etag).toBe(get.headers.etag);
+    expect(head.headers['content-type']).toBe(get.headers['content-type']);
+    const refused = await app.inject({
+      method: 'HEAD',
+      url: '/v3/playbook/sync?syncToken=damaged',
+      headers: acme,
+    });
+    expect(refused.statusCode).toBe(400);
+    expect(refused.body).toBe('');
+  });
+
   it('counts the pages it serves by kind: initial, delta, empty', async () => {
     // Counted once the metrics listener is open, as in a deployment.
     const listener = await startMetricsServer(identity.metrics, { port: 0, host: '127.0.0.1' });
