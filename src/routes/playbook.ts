@@ -48,7 +48,7 @@ export function playbookRoutes(answers: ReadAnswers): FastifyPluginAsyncTypebox 
         operationId: 'listPlaybookCatalogs',
         summary: 'List the Catalogs the caller can use',
         description:
-          "Service-owned Catalogs first, then the caller's account's, each by slug (D3); drafts are never listed. Filter by sourceScope and by a capability facet.",
+          "Service-owned Catalogs first, then the caller's account's, each by slug; drafts are never listed. Filter by sourceScope and by a capability facet.",
         tags: ['playbook'],
         security,
         querystring: ListCatalogsQuery,
@@ -189,7 +189,7 @@ export function playbookRoutes(answers: ReadAnswers): FastifyPluginAsyncTypebox 
       schema: {
         operationId: 'listPlaybookResourceVersions',
         summary: "List a Resource's versions, newest first",
-        description: "The Resource's version history (D16): metadata of each version, without content.",
+        description: "The Resource's version history: metadata of each version, without content.",
         tags: ['playbook'],
         security,
         params: ResourceParams,

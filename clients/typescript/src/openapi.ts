@@ -11,7 +11,7 @@ export interface paths {
         };
         /**
          * List the Catalogs the caller can use
-         * @description Service-owned Catalogs first, then the caller's account's, each by slug (D3); drafts are never listed. Filter by sourceScope and by a capability facet.
+         * @description Service-owned Catalogs first, then the caller's account's, each by slug; drafts are never listed. Filter by sourceScope and by a capability facet.
          */
         get: operations["listPlaybookCatalogs"];
         put?: never;
@@ -147,7 +147,7 @@ export interface paths {
         };
         /**
          * List a Resource's versions, newest first
-         * @description The Resource's version history (D16): metadata of each version, without content.
+         * @description The Resource's version history: metadata of each version, without content.
          */
         get: operations["listPlaybookResourceVersions"];
         put?: never;
@@ -202,7 +202,11 @@ export interface paths {
         post?: never;
         delete?: never;
         options?: never;
-        head?: never;
+        /**
+         * Headers of: Follow every Catalog and Resource the caller can see: an initial sync, then changes
+         * @description Answers as GET does, with the same status and headers (a 304 included), and no body (RFC 9110 §9.3.2): the ETag tells whether a held answer is current.
+         */
+        head: operations["headSyncPlaybook"];
         patch?: never;
         trace?: never;
     };
@@ -4630,6 +4634,167 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
+            };
+        };
+    };
+    headSyncPlaybook: {
+        parameters: {
+            query?: {
+                /** @description The nextSyncToken of an earlier sync: answers what changed since. Without it (and without pageToken), an initial sync */
+                syncToken?: string;
+                /** @description The nextPageToken of the previous page: the next page of the same sync */
+                pageToken?: string;
+                /** @description items per page, default 100 */
+                pageSize?: number;
+                /** @description With syncToken only: when nothing changed yet, seconds to hold the request until something does (answered within a second of the change), or to answer an empty page at the end */
+                wait?: number;
+            };
+            header?: {
+                /** @description The account to act for: one of the accounts an access token lists (403 otherwise); with an API key, its own account or nothing */
+                "x-account-id"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of the sync, and the position to go on from */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    "Content-Encoding": components["headers"]["ContentEncodingOptional"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not modified: If-None-Match names the current validator of this representation; no body */
+            304: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request: each problem named in `errors` (at most 20), or `limit_reached` when a limit of the deployment is reached */
+            400: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No credential, or one that is malformed, unknown, expired, revoked or of the other environment; WWW-Authenticate names the credentials the operation takes */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "WWW-Authenticate": components["headers"]["WwwAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The credential lacks the scope, account or plan the operation needs */
+            403: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Asked of this path with a method it does not take (this operation is not the one asked for); Allow lists the methods it takes */
+            405: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Allow: components["headers"]["Allow"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
+            406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description `sync_token_expired`: the sync position is older than the change log keeps, or was made for a view that has changed since (a plan); start again with an initial sync */
+            410: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Too many requests for this credential, or too many failed authentications from this address */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The service could not complete the request; the request id finds it in the logs */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A backend of the service is unavailable, or the instance is stopping; retry after Retry-After */
+            503: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
