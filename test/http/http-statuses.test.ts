@@ -299,7 +299,7 @@ describe("HTTP's own statuses (D29)", () => {
         readiness: [],
       });
       // The read side's database refuses, as in an outage (the adapter turns it into this error).
-      side.playbook.listCatalogs = () => Promise.reject(new UnavailableError('the database did not answer'));
+      side.playbook.catalogsPage = () => Promise.reject(new UnavailableError('the database did not answer'));
       try {
         const answer = await broken.inject({ url: '/v3/playbook/catalogs', headers: writer });
         expect(checkProblem(answer, 503, 'unavailable'), answer.body).toEqual([]);

@@ -48,7 +48,8 @@ describe('npm start (README)', () => {
     const answer = JSON.parse(stdout) as { data: { humanRef: string }[]; meta: { total: number } };
     expect(answer.meta.total).toBe(4);
     expect(answer.data.map((catalog) => catalog.humanRef)).toContain('svc/incident-response');
-  });
+    // Two processes start here (npx, then the command line), as many as a second terminal would.
+  }, 60_000);
 
   it('with PLAYBOOK_METRICS_PORT, serves the metrics on that port of loopback, counting from the first request (D25)', async () => {
     const metrics = `http://127.0.0.1:${metricsPort}/metrics`;
@@ -210,9 +211,12 @@ describe('the build behind npm start', () => {
     // `npm ci` builds through `prepare`; `npm start` builds again through `prestart`. Incremental
     // builds make the second one a check that writes nothing.
     await run('npm', ['run', 'build'], { cwd: ROOT });
-    const outputs = ['dist/cli/main.js', 'dist/composition/app.js', 'clients/typescript/dist/index.js'].map(
-      (file) => path.join(ROOT, file),
-    );
+    const outputs = [
+      'dist/cli/main.js',
+      'dist/composition/app.js',
+      'clients/typescript/dist/esm/index.js',
+      'clients/typescript/dist/cjs/index.js',
+    ].map((file) => path.join(ROOT, file));
     const before = await Promise.all(outputs.map(async (file) => (await fs.stat(file)).mtimeMs));
     await run('npm', ['run', 'build'], { cwd: ROOT });
     const after = await Promise.all(outputs.map(async (file) => (await fs.stat(file)).mtimeMs));
