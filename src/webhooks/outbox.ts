@@ -1,5 +1,6 @@
 import { PostgresAdapter, type RawBuilder, sql } from 'kysely';
 import type { AppendedChanges } from '../changes/unit-of-work.js';
+import { deferredFlushTransaction } from '../db/deferred-flush.js';
 import type { Db, WebhookDeliveryRow } from '../db/tables.js';
 import { CHANGE_TYPES } from '../schemas/audit.js';
 import { EVERY_EVENT, type WebhookDeliveryStatus } from '../schemas/webhooks.js';
@@ -76,6 +77,9 @@ export type ClaimedDelivery = Pick<
  * `leasedUntil`, under `token`. On PostgreSQL rows another instance is claiming are skipped (`SKIP
  * LOCKED`); SQLite has one writer at a time. A lease that lapses (its instance died, or hangs) makes the
  * delivery due again, to any instance.
+ *
+ * A lease, like an attempt's outcome, is committed without waiting for the disk on SQLite
+ * (deferred-flush.ts): a power cut may take it back, and the delivery is then made again, never lost.
  */
 export async function claimDue(
   db: Db,
@@ -83,7 +87,8 @@ export async function claimDue(
 ): Promise<ClaimedDelivery[]> {
   const { now, leasedUntil, token, limit } = options;
   const skipLocked = isPostgres(db) ? sql`for update of d skip locked` : sql``;
-  const result = await sql<ClaimedDelivery>`update webhook_deliveries
+  return deferredFlushTransaction(db, async (trx) => {
+    const result = await sql<ClaimedDelivery>`update webhook_deliveries
     set leased_until = ${leasedUntil}, lease_token = ${token}
     where id in (
       select d.id from webhook_deliveries d
@@ -94,8 +99,9 @@ export async function claimDue(
         limit ${limit}
         ${skipLocked}
     )
-    returning id, endpoint_id, change_seq, event_id, event_type, payload, attempts`.execute(db);
-  return result.rows;
+    returning id, endpoint_id, change_seq, event_id, event_type, payload, attempts`.execute(trx);
+    return result.rows;
+  });
 }
 
 /** What one attempt came to, as the delivery list keeps it. */
@@ -115,16 +121,17 @@ export interface AttemptRecord {
 
 /**
  * Keeps attempts and moves their deliveries on (succeeded, due again, or failed), in one transaction
- * for all of them: at a hundred events a second, one commit (and one flush to disk on SQLite) for a
- * batch rather than two per attempt. Each attempt is kept in any case; its delivery is moved only if
- * this instance still holds its lease (`token`). Returns, per record, whether it was.
+ * for all of them: at a hundred events a second, one commit for a batch rather than two per attempt,
+ * and on SQLite one that does not wait for the disk (deferred-flush.ts): a power cut may take it back,
+ * and what it recorded is then sent again, never lost. Each attempt is kept in any case; its delivery
+ * is moved only if this instance still holds its lease (`token`). Returns, per record, whether it was.
  */
 export async function recordAttempts(
   db: Db,
   records: readonly (AttemptRecord & { readonly token: string })[],
 ): Promise<boolean[]> {
   if (records.length === 0) return [];
-  return db.transaction().execute(async (trx) => {
+  return deferredFlushTransaction(db, async (trx) => {
     await trx
       .insertInto('webhook_attempts')
       .values(
