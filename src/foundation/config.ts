@@ -85,6 +85,7 @@ const EnvSchema = Type.Object({
   }),
   PLAYBOOK_WEBHOOK_TIMEOUT_MS: Type.Integer({ minimum: 100, maximum: 10_000, default: 10_000 }),
   PLAYBOOK_WEBHOOK_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 100, default: 10 }),
+  PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 100, default: 2 }),
   PLAYBOOK_WEBHOOK_DISABLE_AFTER_S: Type.Integer({ minimum: 1, maximum: 31_536_000, default: 432_000 }),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
@@ -171,6 +172,8 @@ export interface WebhookConfig {
   readonly timeoutMs: number;
   /** Attempts one instance makes at once. */
   readonly concurrency: number;
+  /** Attempts one instance makes at once to one endpoint: a slow endpoint holds this many slots, never all. */
+  readonly perEndpoint: number;
   /** How long an endpoint's attempts may fail, with no success, before it is disabled. */
   readonly disableAfterMs: number;
 }
@@ -313,6 +316,7 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
       retryScheduleMs: parseDurations(env.PLAYBOOK_WEBHOOK_RETRY_SCHEDULE),
       timeoutMs: env.PLAYBOOK_WEBHOOK_TIMEOUT_MS,
       concurrency: env.PLAYBOOK_WEBHOOK_CONCURRENCY,
+      perEndpoint: env.PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY,
       disableAfterMs: env.PLAYBOOK_WEBHOOK_DISABLE_AFTER_S * 1000,
     },
   };

@@ -1,7 +1,8 @@
 import { PostgresAdapter, type RawBuilder, sql } from 'kysely';
 import type { AppendedChanges } from '../changes/unit-of-work.js';
+import { chunk, MAX_IN_LIST, rowsPerInsert } from '../db/batches.js';
 import { deferredFlushTransaction } from '../db/deferred-flush.js';
-import type { Db, WebhookDeliveryRow } from '../db/tables.js';
+import type { Db, WebhookDeliveryRow, WebhookEndpointRow } from '../db/tables.js';
 import { CHANGE_TYPES } from '../schemas/audit.js';
 import { EVERY_EVENT, type WebhookDeliveryStatus } from '../schemas/webhooks.js';
 
@@ -16,6 +17,9 @@ import { EVERY_EVENT, type WebhookDeliveryStatus } from '../schemas/webhooks.js'
 export const SERVICE_EVENT_TYPES = CHANGE_TYPES.filter(
   (type) => type.startsWith('catalog.') || type.startsWith('resource.'),
 );
+
+/** Attempts kept per insert statement (10 values each). */
+const ATTEMPTS_PER_INSERT = Math.min(500, rowsPerInsert(10));
 
 const isPostgres = (db: Db) => db.getExecutor().adapter instanceof PostgresAdapter;
 
@@ -54,54 +58,40 @@ export async function enqueueDeliveries(trx: Db, appended: AppendedChanges): Pro
         and c.namespace = 'svc' and c.type in (${sql.join(SERVICE_EVENT_TYPES)})`.execute(trx);
 }
 
-/** Whether anything is due now: a cheap look before a claim, which writes. */
-export async function anythingDue(db: Db, now: string): Promise<boolean> {
+/**
+ * When the first delivery not leased (or whose lease lapsed) is due: now or earlier when one is due,
+ * undefined when none is pending. A cheap read by index, made before a claim, which writes.
+ */
+export async function nextDueAt(db: Db, now: string): Promise<string | undefined> {
   const row = await db
     .selectFrom('webhook_deliveries')
-    .select('id')
+    .select('next_attempt_at')
     .where('status', '=', 'pending')
-    .where('next_attempt_at', '<=', now)
     .where((eb) => eb.or([eb('leased_until', 'is', null), eb('leased_until', '<=', now)]))
+    .orderBy('next_attempt_at')
     .limit(1)
     .executeTakeFirst();
-  return row !== undefined;
+  return row?.next_attempt_at;
 }
 
-export type ClaimedDelivery = Pick<
-  WebhookDeliveryRow,
-  'id' | 'endpoint_id' | 'change_seq' | 'event_id' | 'event_type' | 'payload' | 'attempts'
+/** What an attempt needs of its endpoint, read with the claim. */
+export type EndpointOfDelivery = Pick<
+  WebhookEndpointRow,
+  'id' | 'account_id' | 'url' | 'secret_sealed' | 'secret_key_id' | 'failing_since'
 >;
 
-/**
- * Leases up to `limit` deliveries that are due, of enabled endpoints, oldest due first, until
- * `leasedUntil`, under `token`. On PostgreSQL rows another instance is claiming are skipped (`SKIP
- * LOCKED`); SQLite has one writer at a time. A lease that lapses (its instance died, or hangs) makes the
- * delivery due again, to any instance.
- *
- * A lease, like an attempt's outcome, is committed without waiting for the disk on SQLite
- * (deferred-flush.ts): a power cut may take it back, and the delivery is then made again, never lost.
- */
-export async function claimDue(
-  db: Db,
-  options: { now: string; leasedUntil: string; token: string; limit: number },
-): Promise<ClaimedDelivery[]> {
-  const { now, leasedUntil, token, limit } = options;
-  const skipLocked = isPostgres(db) ? sql`for update of d skip locked` : sql``;
-  return deferredFlushTransaction(db, async (trx) => {
-    const result = await sql<ClaimedDelivery>`update webhook_deliveries
-    set leased_until = ${leasedUntil}, lease_token = ${token}
-    where id in (
-      select d.id from webhook_deliveries d
-        join webhook_endpoints e on e.id = d.endpoint_id and e.status = 'enabled'
-        where d.status = 'pending' and d.next_attempt_at <= ${now}
-          and (d.leased_until is null or d.leased_until <= ${now})
-        order by d.next_attempt_at
-        limit ${limit}
-        ${skipLocked}
-    )
-    returning id, endpoint_id, change_seq, event_id, event_type, payload, attempts`.execute(trx);
-    return result.rows;
-  });
+export interface ClaimedDelivery
+  extends Pick<
+    WebhookDeliveryRow,
+    'id' | 'endpoint_id' | 'change_seq' | 'event_id' | 'event_type' | 'payload' | 'attempts'
+  > {
+  readonly endpoint: EndpointOfDelivery;
+}
+
+/** A delivery this instance leased, named by the lease's token. */
+export interface Lease {
+  readonly deliveryId: string;
+  readonly token: string;
 }
 
 /** What one attempt came to, as the delivery list keeps it. */
@@ -109,6 +99,8 @@ export interface AttemptRecord {
   readonly id: string;
   readonly deliveryId: string;
   readonly endpointId: string;
+  /** The lease the attempt was made under: its delivery moves on only if that lease is still held. */
+  readonly token: string;
   readonly attempt: number;
   readonly at: string;
   readonly ok: boolean;
@@ -119,23 +111,81 @@ export interface AttemptRecord {
   readonly nextAttemptAt?: string | undefined;
 }
 
+/** Deliveries to lease: the oldest due first, within the instance's free slots and each endpoint's share. */
+export interface ClaimRequest {
+  readonly now: string;
+  readonly leasedUntil: string;
+  readonly token: string;
+  /** The most deliveries leased (the instance's free slots). */
+  readonly limit: number;
+  /** The most attempts in flight at once from this instance to one endpoint not in `unbounded`. */
+  readonly perEndpoint: number;
+  /** Endpoints that may take any free slot (they answer quickly). */
+  readonly unbounded: ReadonlySet<string>;
+  /** This instance's attempts in flight, by endpoint. */
+  readonly inFlight: ReadonlyMap<string, number>;
+}
+
+/** What the dispatcher writes in one of its turns: all of it in one transaction. */
+export interface DispatchTurn {
+  /** Attempts that ended since the last turn. */
+  readonly attempts: readonly AttemptRecord[];
+  /** Leased deliveries not to be made (their event is not the account's to see, or is gone). */
+  readonly drops: readonly Lease[];
+  /** Deliveries to lease, when any may be due and a slot is free. */
+  readonly claim?: ClaimRequest | undefined;
+}
+
+export interface DispatchTurnOutcome {
+  /** Per attempt, whether this instance still held its lease (its delivery moved on). */
+  readonly kept: readonly boolean[];
+  readonly claimed: readonly ClaimedDelivery[];
+  /** Whether due deliveries were left for want of a free slot or of an endpoint's share. */
+  readonly left: boolean;
+}
+
 /**
- * Keeps attempts and moves their deliveries on (succeeded, due again, or failed), in one transaction
- * for all of them: at a hundred events a second, one commit for a batch rather than two per attempt,
- * and on SQLite one that does not wait for the disk (deferred-flush.ts): a power cut may take it back,
- * and what it recorded is then sent again, never lost. Each attempt is kept in any case; its delivery
- * is moved only if this instance still holds its lease (`token`). Returns, per record, whether it was.
+ * One turn of the dispatcher, in one transaction: keeps the attempts that ended and moves their
+ * deliveries on (succeeded, due again, or failed), follows their endpoints' runs of failures, drops
+ * what is not to be sent, and leases what is due. At a hundred events a second a delivery then costs a
+ * share of one commit rather than two commits of its own, and on SQLite that commit does not wait for
+ * the disk (see deferred-flush.ts): a power cut may take a turn back, and what it recorded is then sent
+ * again, never lost, while every instance that could have held its leases went down with the machine.
  */
-export async function recordAttempts(
-  db: Db,
-  records: readonly (AttemptRecord & { readonly token: string })[],
-): Promise<boolean[]> {
-  if (records.length === 0) return [];
+export async function takeDispatchTurn(db: Db, turn: DispatchTurn): Promise<DispatchTurnOutcome> {
   return deferredFlushTransaction(db, async (trx) => {
+    const kept = await recordAttempts(trx, turn.attempts);
+    await followEndpointRuns(trx, turn.attempts);
+    for (const { deliveryId, token } of turn.drops) {
+      await trx
+        .deleteFrom('webhook_deliveries')
+        .where('id', '=', deliveryId)
+        .where('lease_token', '=', token)
+        .execute();
+    }
+    const { claimed, left } = turn.claim ? await claimDue(trx, turn.claim) : { claimed: [], left: false };
+    return { kept, claimed, left };
+  });
+}
+
+/** Keeps each attempt; moves its delivery on only if this instance still holds the lease it was made under. */
+async function recordAttempts(trx: Db, records: readonly AttemptRecord[]): Promise<boolean[]> {
+  if (records.length === 0) return [];
+  // A delivery deleted meanwhile (with its endpoint) takes its attempts with it: none is kept for it.
+  const existing = new Set<string>();
+  for (const ids of chunk([...new Set(records.map((record) => record.deliveryId))], MAX_IN_LIST)) {
+    const rows = await trx.selectFrom('webhook_deliveries').select('id').where('id', 'in', ids).execute();
+    for (const row of rows) existing.add(row.id);
+  }
+  const kept: boolean[] = [];
+  for (const slice of chunk(
+    records.filter((record) => existing.has(record.deliveryId)),
+    ATTEMPTS_PER_INSERT,
+  )) {
     await trx
       .insertInto('webhook_attempts')
       .values(
-        records.map((record) => ({
+        slice.map((record) => ({
           id: record.id,
           delivery_id: record.deliveryId,
           endpoint_id: record.endpointId,
@@ -149,49 +199,167 @@ export async function recordAttempts(
         })),
       )
       .execute();
-    const kept: boolean[] = [];
-    for (const record of records) {
-      const status: WebhookDeliveryStatus = record.ok
-        ? 'succeeded'
-        : record.nextAttemptAt === undefined
-          ? 'failed'
-          : 'pending';
-      const moved = await trx
-        .updateTable('webhook_deliveries')
-        .set({
-          status,
-          attempts: record.attempt,
-          next_attempt_at: record.nextAttemptAt ?? record.at,
-          leased_until: null,
-          lease_token: null,
-          updated_at: record.at,
-        })
-        .where('id', '=', record.deliveryId)
-        .where('lease_token', '=', record.token)
-        .executeTakeFirst();
-      kept.push(Number(moved.numUpdatedRows) > 0);
+  }
+  for (const record of records) {
+    if (!existing.has(record.deliveryId)) {
+      kept.push(false);
+      continue;
     }
-    return kept;
-  });
+    const status: WebhookDeliveryStatus = record.ok
+      ? 'succeeded'
+      : record.nextAttemptAt === undefined
+        ? 'failed'
+        : 'pending';
+    const moved = await trx
+      .updateTable('webhook_deliveries')
+      .set({
+        status,
+        attempts: record.attempt,
+        next_attempt_at: record.nextAttemptAt ?? record.at,
+        leased_until: null,
+        lease_token: null,
+        updated_at: record.at,
+      })
+      .where('id', '=', record.deliveryId)
+      .where('lease_token', '=', record.token)
+      .executeTakeFirst();
+    kept.push(Number(moved.numUpdatedRows) > 0);
+  }
+  return kept;
 }
 
-/** Lets go of a lease without an attempt (the delivery is due again at once, to anyone). */
-export async function releaseLease(db: Db, deliveryId: string, token: string): Promise<void> {
-  await db
-    .updateTable('webhook_deliveries')
-    .set({ leased_until: null, lease_token: null })
-    .where('id', '=', deliveryId)
-    .where('lease_token', '=', token)
-    .execute();
+/**
+ * A success ends an endpoint's run of failures; a failure starts one, at its time, unless one runs
+ * already. Of an endpoint's attempts in one turn, the last decides, and the run starts at the first
+ * failure after its last success.
+ */
+async function followEndpointRuns(trx: Db, records: readonly AttemptRecord[]): Promise<void> {
+  const runs = new Map<string, string | null>();
+  for (const record of records) {
+    if (record.ok) runs.set(record.endpointId, null);
+    else if (!runs.get(record.endpointId)) runs.set(record.endpointId, record.at);
+  }
+  const recovered = [...runs].filter(([, since]) => since === null).map(([id]) => id);
+  if (recovered.length > 0) {
+    await trx
+      .updateTable('webhook_endpoints')
+      .set({ failing_since: null })
+      .where('id', 'in', recovered)
+      .where('failing_since', 'is not', null)
+      .execute();
+  }
+  for (const [endpointId, since] of runs) {
+    if (since === null) continue;
+    await trx
+      .updateTable('webhook_endpoints')
+      .set({ failing_since: since })
+      .where('id', '=', endpointId)
+      .where('failing_since', 'is', null)
+      .execute();
+  }
 }
 
-/** Drops a delivery that is not to be made (its event is not the account's to see, or is gone). */
-export async function dropDelivery(db: Db, deliveryId: string, token: string): Promise<void> {
-  await db
-    .deleteFrom('webhook_deliveries')
-    .where('id', '=', deliveryId)
-    .where('lease_token', '=', token)
-    .execute();
+/** Due deliveries looked at per statement of a claim, beyond those it may lease. */
+const CLAIM_WINDOW_FACTOR = 4;
+/** Statements one claim makes at most while endpoints at their share hide what lies behind them. */
+const CLAIM_ROUNDS = 8;
+
+/**
+ * Leases up to `limit` deliveries that are due, of enabled endpoints, oldest due first, until
+ * `leasedUntil`, under `token`, and at most `perEndpoint` in flight per endpoint (counting this
+ * instance's attempts in flight) unless the endpoint is `unbounded`: an endpoint that answers slowly
+ * or fails holds that many slots, never all of them. On PostgreSQL rows another instance is claiming
+ * are skipped (`SKIP LOCKED`); SQLite has one writer at a time. A lease that lapses (its instance
+ * died, or hangs) makes the delivery due again, to any instance.
+ *
+ * The due deliveries are read oldest first, a window at a time; an endpoint whose share is taken is
+ * left out of the next window, so that one endpoint's backlog never hides another's deliveries.
+ */
+async function claimDue(
+  trx: Db,
+  request: ClaimRequest,
+): Promise<{ claimed: ClaimedDelivery[]; left: boolean }> {
+  const { now, limit, perEndpoint, unbounded } = request;
+  const share = new Map(request.inFlight);
+  const shareOf = (endpointId: string) =>
+    unbounded.has(endpointId) ? Number.POSITIVE_INFINITY : perEndpoint;
+  const full = new Set([...share].filter(([id, n]) => n >= shareOf(id)).map(([id]) => id));
+  const chosen: ClaimedDelivery[] = [];
+  const window = Math.max(limit, 1) * CLAIM_WINDOW_FACTOR;
+  let left = false;
+  for (let round = 0; round < CLAIM_ROUNDS && chosen.length < limit; round++) {
+    const taken = new Set(chosen.map((delivery) => delivery.id));
+    const rows = await trx
+      .selectFrom('webhook_deliveries as d')
+      .innerJoin('webhook_endpoints as e', (join) =>
+        join.onRef('e.id', '=', 'd.endpoint_id').on('e.status', '=', 'enabled'),
+      )
+      .select([
+        'd.id',
+        'd.endpoint_id',
+        'd.change_seq',
+        'd.event_id',
+        'd.event_type',
+        'd.payload',
+        'd.attempts',
+        'e.account_id',
+        'e.url',
+        'e.secret_sealed',
+        'e.secret_key_id',
+        'e.failing_since',
+      ])
+      .where('d.status', '=', 'pending')
+      .where('d.next_attempt_at', '<=', now)
+      .where((eb) => eb.or([eb('d.leased_until', 'is', null), eb('d.leased_until', '<=', now)]))
+      .$if(full.size > 0, (qb) => qb.where('d.endpoint_id', 'not in', [...full]))
+      .$if(taken.size > 0, (qb) => qb.where('d.id', 'not in', [...taken]))
+      .orderBy('d.next_attempt_at')
+      .limit(window)
+      .$if(isPostgres(trx), (qb) => qb.forUpdate('d').skipLocked())
+      .execute();
+    const fullBefore = full.size;
+    for (const row of rows) {
+      const held = share.get(row.endpoint_id) ?? 0;
+      if (held >= shareOf(row.endpoint_id) || chosen.length >= limit) {
+        left = true;
+        continue;
+      }
+      share.set(row.endpoint_id, held + 1);
+      if (held + 1 >= shareOf(row.endpoint_id)) full.add(row.endpoint_id);
+      chosen.push({
+        id: row.id,
+        endpoint_id: row.endpoint_id,
+        change_seq: row.change_seq,
+        event_id: row.event_id,
+        event_type: row.event_type,
+        payload: row.payload,
+        attempts: row.attempts,
+        endpoint: {
+          id: row.endpoint_id,
+          account_id: row.account_id,
+          url: row.url,
+          secret_sealed: row.secret_sealed,
+          secret_key_id: row.secret_key_id,
+          failing_since: row.failing_since,
+        },
+      });
+    }
+    // The window held every due delivery there is, or what it left out is behind no endpoint that
+    // filled up meanwhile: the next window would show nothing more to lease.
+    if (rows.length < window || full.size === fullBefore) break;
+  }
+  if (chosen.length > 0) {
+    await trx
+      .updateTable('webhook_deliveries')
+      .set({ leased_until: request.leasedUntil, lease_token: request.token })
+      .where(
+        'id',
+        'in',
+        chosen.map((delivery) => delivery.id),
+      )
+      .execute();
+  }
+  return { claimed: chosen, left };
 }
 
 /** The age in seconds of the oldest delivery due to an enabled endpoint and not yet made; 0 if none. */

@@ -20,6 +20,8 @@ describe('configuration (D13)', () => {
     expect(config.timeouts).toEqual({ requestMs: 30_000, keepAliveMs: 72_000 });
     expect(config.answerCacheBytes).toBe(64 * 1024 * 1024);
     expect(config.shutdownDelayMs).toBe(0);
+    expect(config.webhooks.concurrency).toBe(10);
+    expect(config.webhooks.perEndpoint).toBe(2);
   });
 
   it('reads every variable it documents', () => {
@@ -48,6 +50,8 @@ describe('configuration (D13)', () => {
       PLAYBOOK_KEEP_ALIVE_TIMEOUT_MS: '65000',
       PLAYBOOK_ANSWER_CACHE_BYTES: '0',
       PLAYBOOK_SHUTDOWN_DELAY_MS: '15000',
+      PLAYBOOK_WEBHOOK_CONCURRENCY: '20',
+      PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY: '5',
       LOG_LEVEL: 'warn',
     });
     expect(config.port).toBe(9090);
@@ -79,6 +83,8 @@ describe('configuration (D13)', () => {
     expect(config.timeouts).toEqual({ requestMs: 5000, keepAliveMs: 65000 });
     expect(config.answerCacheBytes).toBe(0);
     expect(config.shutdownDelayMs).toBe(15000);
+    expect(config.webhooks.concurrency).toBe(20);
+    expect(config.webhooks.perEndpoint).toBe(5);
     expect(config.logLevel).toBe('warn');
   });
 
@@ -158,6 +164,8 @@ describe('configuration (D13)', () => {
     ['PLAYBOOK_CONTENT_STORE', 'https://bucket.example.com/x'],
     ['PLAYBOOK_SHUTDOWN_DELAY_MS', '-1'],
     ['PLAYBOOK_SHUTDOWN_DELAY_MS', '600001'],
+    ['PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY', '0'],
+    ['PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY', '101'],
     ['LOG_LEVEL', 'verbose'],
   ])('stops on %s=%s with a message that names the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
