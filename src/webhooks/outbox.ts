@@ -59,16 +59,21 @@ export async function enqueueDeliveries(trx: Db, appended: AppendedChanges): Pro
 }
 
 /**
- * When the first delivery not leased (or whose lease lapsed) is due: now or earlier when one is due,
- * undefined when none is pending. A cheap read by index, made before a claim, which writes.
+ * When the first delivery to an enabled endpoint, not leased (or whose lease lapsed), is due: now or
+ * earlier when one is due, undefined when none is pending. A cheap read by index, made before a claim,
+ * which writes. What waits for a disabled endpoint is not due: a claim would find nothing to lease,
+ * and every change committed would cost a transaction of the writer for it.
  */
 export async function nextDueAt(db: Db, now: string): Promise<string | undefined> {
   const row = await db
-    .selectFrom('webhook_deliveries')
-    .select('next_attempt_at')
-    .where('status', '=', 'pending')
-    .where((eb) => eb.or([eb('leased_until', 'is', null), eb('leased_until', '<=', now)]))
-    .orderBy('next_attempt_at')
+    .selectFrom('webhook_deliveries as d')
+    .innerJoin('webhook_endpoints as e', (join) =>
+      join.onRef('e.id', '=', 'd.endpoint_id').on('e.status', '=', 'enabled'),
+    )
+    .select('d.next_attempt_at')
+    .where('d.status', '=', 'pending')
+    .where((eb) => eb.or([eb('d.leased_until', 'is', null), eb('d.leased_until', '<=', now)]))
+    .orderBy('d.next_attempt_at')
     .limit(1)
     .executeTakeFirst();
   return row?.next_attempt_at;
