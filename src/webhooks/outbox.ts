@@ -23,6 +23,22 @@ const ATTEMPTS_PER_INSERT = Math.min(500, rowsPerInsert(10));
 
 const isPostgres = (db: Db) => db.getExecutor().adapter instanceof PostgresAdapter;
 
+const PENDING = sql.lit<'pending'>('pending');
+
+/**
+ * The deliveries as `d`, read on SQLite by the index of those pending by when they are due. Without
+ * statistics SQLite's planner takes the index by status instead, and sorts every pending delivery to
+ * find the first due: after a service import with 500 endpoints subscribed (50,000 deliveries) that
+ * was a tenth of a second of the event loop for each look and each claim, a few per delivery made.
+ * PostgreSQL's planner has its statistics. The index's condition must be written as it is, a literal
+ * (PENDING), for SQLite to see that it holds.
+ */
+function deliveriesByDue(db: Db) {
+  return sql<WebhookDeliveryRow>`webhook_deliveries`.as<'d'>(
+    isPostgres(db) ? sql`d` : sql`d indexed by webhook_deliveries_due`,
+  );
+}
+
 /** A random id in UUID form, made by the database for each row of a set-based insert. */
 function newUuid(db: Db): RawBuilder<string> {
   return isPostgres(db)
@@ -66,12 +82,12 @@ export async function enqueueDeliveries(trx: Db, appended: AppendedChanges): Pro
  */
 export async function nextDueAt(db: Db, now: string): Promise<string | undefined> {
   const row = await db
-    .selectFrom('webhook_deliveries as d')
+    .selectFrom(deliveriesByDue(db))
     .innerJoin('webhook_endpoints as e', (join) =>
       join.onRef('e.id', '=', 'd.endpoint_id').on('e.status', '=', 'enabled'),
     )
     .select('d.next_attempt_at')
-    .where('d.status', '=', 'pending')
+    .where('d.status', '=', PENDING)
     .where((eb) => eb.or([eb('d.leased_until', 'is', null), eb('d.leased_until', '<=', now)]))
     .orderBy('d.next_attempt_at')
     .limit(1)
@@ -295,7 +311,7 @@ async function claimDue(
   for (let round = 0; round < CLAIM_ROUNDS && chosen.length < limit; round++) {
     const taken = new Set(chosen.map((delivery) => delivery.id));
     const rows = await trx
-      .selectFrom('webhook_deliveries as d')
+      .selectFrom(deliveriesByDue(trx))
       .innerJoin('webhook_endpoints as e', (join) =>
         join.onRef('e.id', '=', 'd.endpoint_id').on('e.status', '=', 'enabled'),
       )
@@ -313,7 +329,7 @@ async function claimDue(
         'e.secret_key_id',
         'e.failing_since',
       ])
-      .where('d.status', '=', 'pending')
+      .where('d.status', '=', PENDING)
       .where('d.next_attempt_at', '<=', now)
       .where((eb) => eb.or([eb('d.leased_until', 'is', null), eb('d.leased_until', '<=', now)]))
       .$if(full.size > 0, (qb) => qb.where('d.endpoint_id', 'not in', [...full]))
@@ -373,7 +389,7 @@ export async function oldestPendingAgeSeconds(db: Db, nowMs: number): Promise<nu
     .selectFrom('webhook_deliveries as d')
     .innerJoin('webhook_endpoints as e', 'e.id', 'd.endpoint_id')
     .select((eb) => eb.fn.min('d.created_at').as('oldest'))
-    .where('d.status', '=', 'pending')
+    .where('d.status', '=', PENDING)
     .where('e.status', '=', 'enabled')
     .executeTakeFirst();
   const oldest = row?.oldest;
