@@ -18,7 +18,8 @@
  *    publishes once a second, against the same reads without writes: hit ratio and p99.
  *
  * Exits 1 when a goal is missed. BENCH_SCALE_RESOURCES (1000000) scales the data set,
- * BENCH_SCALE_STACKS (`sqlite,postgres`) says which stacks run, BENCH_SCALE_DURATION_S (10) and
+ * BENCH_SCALE_STACKS (`sqlite,postgres`) says which stacks run, BENCH_SCALE_ONLY which of the cases
+ * (`list,writes,mixed,tenancy,cold,deep`, all by default), BENCH_SCALE_DURATION_S (10) and
  * BENCH_SCALE_ROUNDS (3) the length and number of the measured loads.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -62,6 +63,16 @@ const RESOURCES = Number(process.env.BENCH_SCALE_RESOURCES ?? 1_000_000);
 const STACKS = (process.env.BENCH_SCALE_STACKS ?? 'sqlite,postgres').split(',');
 const DURATION_S = Number(process.env.BENCH_SCALE_DURATION_S ?? 10);
 const ROUNDS = Number(process.env.BENCH_SCALE_ROUNDS ?? 3);
+const CASES = ['list', 'writes', 'mixed', 'tenancy', 'cold', 'deep'] as const;
+type Case = (typeof CASES)[number];
+const ONLY = (process.env.BENCH_SCALE_ONLY ?? CASES.join(',')).split(',');
+for (const name of ONLY) {
+  if (!(CASES as readonly string[]).includes(name)) {
+    throw new Error(`BENCH_SCALE_ONLY: ${name} is not one of ${CASES.join(', ')}`);
+  }
+}
+/** Whether the case `name` runs this time. */
+const runs = (name: Case) => ONLY.includes(name);
 const CONNECTIONS = 50;
 const WRITES = 100_000;
 
@@ -396,95 +407,135 @@ async function measureStack(
     );
     await stop(first.child);
 
-    // 1. Idle, and 2. the catalogs list that pins `big`.
-    const service = await serve(env);
-    running.push(service.child);
-    const idleMb = currentRssMb(service.child.pid!);
-    console.log(`  idle RSS: ${idleMb.toFixed(0)} MB (no goal)`);
     const headers = { 'x-api-key': keys[1]! };
-    const list = `${service.base}/v3/playbook/catalogs`;
-    const firstList = await request(list, { headers, keep: false });
-    if (firstList.status !== 200) throw new Error(`the catalogs list answered ${firstList.status}`);
-    const before = currentRssMb(service.child.pid!);
-    const sampler = rssSampler(service.child.pid!);
-    const together = await Promise.all(
-      Array.from({ length: 10 }, (_, i) =>
-        request(list, {
-          headers: i % 2 === 0 ? headers : { ...headers, 'accept-encoding': 'br' },
+
+    // 1. Idle, and 2. the catalogs list that pins `big`.
+    if (runs('list')) {
+      const service = await serve(env);
+      running.push(service.child);
+      const idleMb = currentRssMb(service.child.pid!);
+      console.log(`  idle RSS: ${idleMb.toFixed(0)} MB (no goal)`);
+      const list = `${service.base}/v3/playbook/catalogs`;
+      const firstList = await request(list, { headers, keep: false });
+      if (firstList.status !== 200) throw new Error(`the catalogs list answered ${firstList.status}`);
+      const before = currentRssMb(service.child.pid!);
+      const sampler = rssSampler(service.child.pid!);
+      const together = await Promise.all(
+        Array.from({ length: 10 }, (_, i) =>
+          request(list, {
+            headers: i % 2 === 0 ? headers : { ...headers, 'accept-encoding': 'br' },
+            keep: false,
+          }),
+        ),
+      );
+      const peak = sampler.stop();
+      const brBytes = together[1]!.bytes;
+      const growth = peak - before;
+      results.check(
+        'catalogs list with 100,000-pin catalog',
+        `${(firstList.bytes / 1e6).toFixed(1)} MB (br ${(brBytes / 1e6).toFixed(2)} MB), first read ${firstList.ms.toFixed(0)} ms; ` +
+          `10 at once (5 br) ${Math.max(...together.map((t) => t.ms)).toFixed(0)} ms, RSS +${growth.toFixed(0)} MB (peak ${peak.toFixed(0)} MB)`,
+        `RSS growth ≤ ${GOALS.listGrowthMb} MB; ratio ${(growth / GOALS.listGrowthMb).toFixed(2)}`,
+        growth <= GOALS.listGrowthMb && together.every((t) => t.status === 200),
+      );
+
+      // The same Catalog read alone by its ref: written as it is read, as the list is, and
+      // revalidated from its version tag.
+      const one = `${service.base}/v3/playbook/catalogs/svc/big`;
+      const firstOne = await request(one, { headers, keep: false });
+      if (firstOne.status !== 200) throw new Error(`svc/big answered ${firstOne.status}`);
+      const revalidations: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        const again = await request(one, {
+          headers: { ...headers, 'if-none-match': String(firstOne.headers.etag) },
           keep: false,
-        }),
-      ),
-    );
-    const peak = sampler.stop();
-    const brBytes = together[1]!.bytes;
-    const growth = peak - before;
-    results.check(
-      'catalogs list with 100,000-pin catalog',
-      `${(firstList.bytes / 1e6).toFixed(1)} MB (br ${(brBytes / 1e6).toFixed(2)} MB), first read ${firstList.ms.toFixed(0)} ms; ` +
-        `10 at once (5 br) ${Math.max(...together.map((t) => t.ms)).toFixed(0)} ms, RSS +${growth.toFixed(0)} MB (peak ${peak.toFixed(0)} MB)`,
-      `RSS growth ≤ ${GOALS.listGrowthMb} MB; ratio ${(growth / GOALS.listGrowthMb).toFixed(2)}`,
-      growth <= GOALS.listGrowthMb && together.every((t) => t.status === 200),
-    );
-    await stop(service.child);
+        });
+        if (again.status !== 304) throw new Error(`svc/big revalidated with ${again.status}`);
+        revalidations.push(again.ms);
+      }
+      const beforeOne = currentRssMb(service.child.pid!);
+      const oneSampler = rssSampler(service.child.pid!);
+      const oneTogether = await Promise.all(
+        Array.from({ length: 10 }, (_, i) =>
+          request(one, {
+            headers: i % 2 === 0 ? headers : { ...headers, 'accept-encoding': 'br' },
+            keep: false,
+          }),
+        ),
+      );
+      const onePeak = oneSampler.stop();
+      const oneGrowth = onePeak - beforeOne;
+      results.check(
+        'svc/big read by its ref',
+        `${(firstOne.bytes / 1e6).toFixed(1)} MB, first read ${firstOne.ms.toFixed(0)} ms, 304 ${median(revalidations).toFixed(1)} ms; ` +
+          `10 at once (5 br) ${Math.max(...oneTogether.map((t) => t.ms)).toFixed(0)} ms, RSS +${oneGrowth.toFixed(0)} MB (peak ${onePeak.toFixed(0)} MB)`,
+        `RSS growth ≤ ${GOALS.listGrowthMb} MB; ratio ${(oneGrowth / GOALS.listGrowthMb).toFixed(2)}`,
+        oneGrowth <= GOALS.listGrowthMb && oneTogether.every((t) => t.status === 200),
+      );
+      await stop(service.child);
+    }
 
     // 3. A publish of 100,000 Resources into a fresh account, and an import of 100,000.
-    const writing = await serve(env);
-    running.push(writing.child);
-    const [publisherKey] = await createKeys(
-      writing.base,
-      env,
-      ['writer'],
-      ['playbook:read', 'playbook:write'],
-    );
-    const payload = publishBody(WRITES, true);
-    const writeSampler = rssSampler(writing.child.pid!);
-    const published = await request(`${writing.base}/v3/playbook/catalogs/org/published`, {
-      method: 'PUT',
-      headers: { 'x-api-key': publisherKey!, 'content-type': 'application/json' },
-      body: payload,
-      keep: false,
-    });
-    const publishPeak = Math.max(writeSampler.stop(), peakRssMb(writing.child.pid!));
-    results.check(
-      `publish of ${WRITES} resources`,
-      `${published.status} in ${(published.ms / 1000).toFixed(1)} s, service peak RSS ${publishPeak.toFixed(0)} MB`,
-      `≤ ${GOALS.writePeakRssMb} MB; ratio ${(publishPeak / GOALS.writePeakRssMb).toFixed(2)}`,
-      published.status === 201 && publishPeak <= GOALS.writePeakRssMb,
-    );
-    await stop(writing.child);
-    const treeDir = path.join(stack.dataDir, 'tree');
-    writeTree(treeDir, { resources: WRITES, slug: 'imported', contentChars: 2048 });
-    const imported = await measuredCli(['import', treeDir, '--owner', 'svc'], env);
-    fs.rmSync(treeDir, { recursive: true, force: true });
-    results.check(
-      `import of ${WRITES} resources`,
-      `${imported.seconds.toFixed(1)} s, peak RSS ${imported.peakMb.toFixed(0)} MB`,
-      `≤ ${GOALS.writePeakRssMb} MB; ratio ${(imported.peakMb / GOALS.writePeakRssMb).toFixed(2)}`,
-      imported.peakMb <= GOALS.writePeakRssMb,
-    );
+    if (runs('writes')) {
+      const writing = await serve(env);
+      running.push(writing.child);
+      const [publisherKey] = await createKeys(
+        writing.base,
+        env,
+        ['writer'],
+        ['playbook:read', 'playbook:write'],
+      );
+      const payload = publishBody(WRITES, true);
+      const writeSampler = rssSampler(writing.child.pid!);
+      const published = await request(`${writing.base}/v3/playbook/catalogs/org/published`, {
+        method: 'PUT',
+        headers: { 'x-api-key': publisherKey!, 'content-type': 'application/json' },
+        body: payload,
+        keep: false,
+      });
+      const publishPeak = Math.max(writeSampler.stop(), peakRssMb(writing.child.pid!));
+      results.check(
+        `publish of ${WRITES} resources`,
+        `${published.status} in ${(published.ms / 1000).toFixed(1)} s, service peak RSS ${publishPeak.toFixed(0)} MB`,
+        `≤ ${GOALS.writePeakRssMb} MB; ratio ${(publishPeak / GOALS.writePeakRssMb).toFixed(2)}`,
+        published.status === 201 && publishPeak <= GOALS.writePeakRssMb,
+      );
+      await stop(writing.child);
+      const treeDir = path.join(stack.dataDir, 'tree');
+      writeTree(treeDir, { resources: WRITES, slug: 'imported', contentChars: 2048 });
+      const imported = await measuredCli(['import', treeDir, '--owner', 'svc'], env);
+      fs.rmSync(treeDir, { recursive: true, force: true });
+      results.check(
+        `import of ${WRITES} resources`,
+        `${imported.seconds.toFixed(1)} s, peak RSS ${imported.peakMb.toFixed(0)} MB`,
+        `≤ ${GOALS.writePeakRssMb} MB; ratio ${(imported.peakMb / GOALS.writePeakRssMb).toFixed(2)}`,
+        imported.peakMb <= GOALS.writePeakRssMb,
+      );
+    }
 
     // 4. Mixed load of one account while it publishes once a second.
-    const mixed = await serve(env);
-    running.push(mixed.child);
     const own = catalogs.filter((catalog) => catalog.accountId === accounts[0]);
-    const svcCatalogs = catalogs.filter((catalog) => catalog.accountId === null);
-    const ownIds = own.flatMap((catalog) =>
-      Array.from({ length: catalog.count }, (_, i) => catalog.first + i),
-    );
-    const svcEnd = svcCatalogs.reduce((end, catalog) => Math.max(end, catalog.first + catalog.count), 0);
-    const etags: string[] = [];
-    const etagPaths: string[] = [];
-    for (const index of [0, 1, 2, 3, 4, ownIds[0]!, ownIds[1]!, ownIds[2]!]) {
-      const detail = `/v3/playbook/resources/${resourceIdOf(index)}`;
-      const got = await request(`${mixed.base}${detail}`, { headers: { 'x-api-key': writerKey! } });
-      etagPaths.push(detail);
-      etags.push(String(got.headers.etag));
-    }
-    const bigPages = Math.ceil(shape.bigCatalog / 20);
-    const mixScript = path.join(stack.dataDir, 'mix.lua');
-    fs.writeFileSync(
-      mixScript,
-      `local own = {${ownIds.join(',')}}
+    const mixed = runs('mixed') || runs('tenancy') ? await serve(env) : undefined;
+    if (mixed) running.push(mixed.child);
+    if (mixed && runs('mixed')) {
+      const svcCatalogs = catalogs.filter((catalog) => catalog.accountId === null);
+      const ownIds = own.flatMap((catalog) =>
+        Array.from({ length: catalog.count }, (_, i) => catalog.first + i),
+      );
+      const svcEnd = svcCatalogs.reduce((end, catalog) => Math.max(end, catalog.first + catalog.count), 0);
+      const etags: string[] = [];
+      const etagPaths: string[] = [];
+      for (const index of [0, 1, 2, 3, 4, ownIds[0]!, ownIds[1]!, ownIds[2]!]) {
+        const detail = `/v3/playbook/resources/${resourceIdOf(index)}`;
+        const got = await request(`${mixed.base}${detail}`, { headers: { 'x-api-key': writerKey! } });
+        etagPaths.push(detail);
+        etags.push(String(got.headers.etag));
+      }
+      const bigPages = Math.ceil(shape.bigCatalog / 20);
+      const mixScript = path.join(stack.dataDir, 'mix.lua');
+      fs.writeFileSync(
+        mixScript,
+        `local own = {${ownIds.join(',')}}
 local etagPaths = ${luaStrings(etagPaths)}
 local etags = ${luaStrings(etags)}
 local ownSlugs = ${luaStrings(own.map((catalog) => catalog.slug))}
@@ -512,36 +563,38 @@ request = function()
   return wrk.format("GET", etagPaths[e], headers)
 end
 `,
-    );
-    const mixSampler = rssSampler(mixed.child.pid!);
-    const mixPublisher = startPublisher(mixed.base, writerKey!, own[0]!.slug);
-    const mix = wrk(mixed.base, { connections: CONNECTIONS, seconds: DURATION_S * 2, script: mixScript });
-    const mixWrites = await mixPublisher.stop();
-    const mixPeak = Math.max(mixSampler.stop(), peakRssMb(mixed.child.pid!));
-    results.check(
-      'mixed load of one account, publishing once a second',
-      `${mix.rps.toFixed(0)} req/s, p99 ${mix.p99Ms.toFixed(1)} ms, ${mix.errors} errors, ${mixWrites.written} publishes ` +
-        `(${mixWrites.failed} failed); peak RSS ${mixPeak.toFixed(0)} MB`,
-      `≤ ${GOALS.servePeakRssMb} MB; ratio ${(mixPeak / GOALS.servePeakRssMb).toFixed(2)}`,
-      mixPeak <= GOALS.servePeakRssMb && mix.errors === 0 && mixWrites.failed === 0,
-    );
+      );
+      const mixSampler = rssSampler(mixed.child.pid!);
+      const mixPublisher = startPublisher(mixed.base, writerKey!, own[0]!.slug);
+      const mix = wrk(mixed.base, { connections: CONNECTIONS, seconds: DURATION_S * 2, script: mixScript });
+      const mixWrites = await mixPublisher.stop();
+      const mixPeak = Math.max(mixSampler.stop(), peakRssMb(mixed.child.pid!));
+      results.check(
+        'mixed load of one account, publishing once a second',
+        `${mix.rps.toFixed(0)} req/s, p99 ${mix.p99Ms.toFixed(1)} ms, ${mix.errors} errors, ${mixWrites.written} publishes ` +
+          `(${mixWrites.failed} failed); peak RSS ${mixPeak.toFixed(0)} MB`,
+        `≤ ${GOALS.servePeakRssMb} MB; ratio ${(mixPeak / GOALS.servePeakRssMb).toFixed(2)}`,
+        mixPeak <= GOALS.servePeakRssMb && mix.errors === 0 && mixWrites.failed === 0,
+      );
+    }
 
     // 6. Tenancy: the other accounts read while the first publishes once a second.
-    const readers = accounts.slice(1);
-    const ownedBy = new Map<string, number[]>();
-    for (const catalog of catalogs) {
-      if (catalog.accountId === null) continue;
-      const held = ownedBy.get(catalog.accountId) ?? [];
-      if (held.length < 10)
-        held.push(
-          ...Array.from({ length: Math.min(10 - held.length, catalog.count) }, (_, i) => catalog.first + i),
-        );
-      ownedBy.set(catalog.accountId, held);
-    }
-    const tenancyScript = path.join(stack.dataDir, 'tenancy.lua');
-    fs.writeFileSync(
-      tenancyScript,
-      `local keys = ${luaStrings(keys.slice(1))}
+    if (mixed && runs('tenancy')) {
+      const readers = accounts.slice(1);
+      const ownedBy = new Map<string, number[]>();
+      for (const catalog of catalogs) {
+        if (catalog.accountId === null) continue;
+        const held = ownedBy.get(catalog.accountId) ?? [];
+        if (held.length < 10)
+          held.push(
+            ...Array.from({ length: Math.min(10 - held.length, catalog.count) }, (_, i) => catalog.first + i),
+          );
+        ownedBy.set(catalog.accountId, held);
+      }
+      const tenancyScript = path.join(stack.dataDir, 'tenancy.lua');
+      fs.writeFileSync(
+        tenancyScript,
+        `local keys = ${luaStrings(keys.slice(1))}
 local owned = {${readers.map((account) => `{${(ownedBy.get(account) ?? []).join(',')}}`).join(',')}}
 math.randomseed(11)
 request = function()
@@ -559,79 +612,81 @@ request = function()
   return wrk.format("GET", string.format("/v3/playbook/resources/01940000-0000-7001-8000-%012x", index), headers)
 end
 `,
-    );
-    const tenancyLoad = { connections: CONNECTIONS, seconds: DURATION_S, script: tenancyScript };
-    wrk(mixed.base, { ...tenancyLoad, seconds: Math.max(5, DURATION_S) });
-    const quiet: { load: LoadResult; hits: number }[] = [];
-    const writing6: { load: LoadResult; hits: number }[] = [];
-    let tenancyWrites = { written: 0, failed: 0 };
-    const measured = async (publish: boolean) => {
-      const publisher = publish ? startPublisher(mixed.base, writerKey!, own[0]!.slug) : undefined;
-      const before6 = await cacheLookups(mixed.metrics);
-      const load = wrk(mixed.base, tenancyLoad);
-      const after6 = await cacheLookups(mixed.metrics);
-      if (publisher) {
-        const counts = await publisher.stop();
-        tenancyWrites = {
-          written: tenancyWrites.written + counts.written,
-          failed: tenancyWrites.failed + counts.failed,
-        };
+      );
+      const tenancyLoad = { connections: CONNECTIONS, seconds: DURATION_S, script: tenancyScript };
+      wrk(mixed.base, { ...tenancyLoad, seconds: Math.max(5, DURATION_S) });
+      const quiet: { load: LoadResult; hits: number }[] = [];
+      const writing6: { load: LoadResult; hits: number }[] = [];
+      let tenancyWrites = { written: 0, failed: 0 };
+      const measured = async (publish: boolean) => {
+        const publisher = publish ? startPublisher(mixed.base, writerKey!, own[0]!.slug) : undefined;
+        const before6 = await cacheLookups(mixed.metrics);
+        const load = wrk(mixed.base, tenancyLoad);
+        const after6 = await cacheLookups(mixed.metrics);
+        if (publisher) {
+          const counts = await publisher.stop();
+          tenancyWrites = {
+            written: tenancyWrites.written + counts.written,
+            failed: tenancyWrites.failed + counts.failed,
+          };
+        }
+        const hit = after6.hit - before6.hit;
+        const miss = after6.miss - before6.miss;
+        return { load, hits: hit / Math.max(1, hit + miss) };
+      };
+      for (let round = 0; round < ROUNDS; round++) {
+        if (round % 2 === 0) {
+          quiet.push(await measured(false));
+          writing6.push(await measured(true));
+        } else {
+          writing6.push(await measured(true));
+          quiet.push(await measured(false));
+        }
       }
-      const hit = after6.hit - before6.hit;
-      const miss = after6.miss - before6.miss;
-      return { load, hits: hit / Math.max(1, hit + miss) };
-    };
-    for (let round = 0; round < ROUNDS; round++) {
-      if (round % 2 === 0) {
-        quiet.push(await measured(false));
-        writing6.push(await measured(true));
-      } else {
-        writing6.push(await measured(true));
-        quiet.push(await measured(false));
-      }
+      const quietHits = median(quiet.map((r) => r.hits));
+      const writingHits = median(writing6.map((r) => r.hits));
+      const quietP99 = median(quiet.map((r) => r.load.p99Ms));
+      const writingP99 = median(writing6.map((r) => r.load.p99Ms));
+      results.check(
+        `tenancy: ${readers.length} accounts reading, one publishing once a second`,
+        `hit ratio ${(writingHits * 100).toFixed(1)} % vs ${(quietHits * 100).toFixed(1)} % without writes; ` +
+          `p99 ${writingP99.toFixed(1)} ms vs ${quietP99.toFixed(1)} ms; ${median(writing6.map((r) => r.load.rps)).toFixed(0)} vs ` +
+          `${median(quiet.map((r) => r.load.rps)).toFixed(0)} req/s; ${tenancyWrites.written} publishes (${tenancyWrites.failed} failed)`,
+        `hit ratio ≥ ${GOALS.tenancyHitRatio}× and p99 ≤ ${GOALS.tenancyP99}× without writes; ratios ` +
+          `${(writingHits / quietHits).toFixed(3)}, ${(writingP99 / quietP99).toFixed(2)}`,
+        writingHits >= GOALS.tenancyHitRatio * quietHits &&
+          writingP99 <= GOALS.tenancyP99 * quietP99 &&
+          tenancyWrites.failed === 0 &&
+          tenancyWrites.written > 0,
+      );
     }
-    const quietHits = median(quiet.map((r) => r.hits));
-    const writingHits = median(writing6.map((r) => r.hits));
-    const quietP99 = median(quiet.map((r) => r.load.p99Ms));
-    const writingP99 = median(writing6.map((r) => r.load.p99Ms));
-    results.check(
-      `tenancy: ${readers.length} accounts reading, one publishing once a second`,
-      `hit ratio ${(writingHits * 100).toFixed(1)} % vs ${(quietHits * 100).toFixed(1)} % without writes; ` +
-        `p99 ${writingP99.toFixed(1)} ms vs ${quietP99.toFixed(1)} ms; ${median(writing6.map((r) => r.load.rps)).toFixed(0)} vs ` +
-        `${median(quiet.map((r) => r.load.rps)).toFixed(0)} req/s; ${tenancyWrites.written} publishes (${tenancyWrites.failed} failed)`,
-      `hit ratio ≥ ${GOALS.tenancyHitRatio}× and p99 ≤ ${GOALS.tenancyP99}× without writes; ratios ` +
-        `${(writingHits / quietHits).toFixed(3)}, ${(writingP99 / quietP99).toFixed(2)}`,
-      writingHits >= GOALS.tenancyHitRatio * quietHits &&
-        writingP99 <= GOALS.tenancyP99 * quietP99 &&
-        tenancyWrites.failed === 0 &&
-        tenancyWrites.written > 0,
-    );
-    await stop(mixed.child);
+    if (mixed) await stop(mixed.child);
 
     // 5. Cold reads against the naive service, in turns on core 0.
-    const cold = await serve(env);
-    running.push(cold.child);
-    const naivePort = await freePort();
-    const naiveKey = 'naive-bench-key';
-    const [naiveCommand, naiveArgs] = pinned(0, process.execPath, [
-      path.join(ROOT, 'dist-bench', 'bench', 'naive.js'),
-      naiveFile,
-      String(naivePort),
-      naiveKey,
-    ]);
-    const naive = spawn(naiveCommand, naiveArgs, { stdio: ['ignore', 'ignore', 'inherit'] });
-    running.push(naive);
-    const naiveBase = `http://127.0.0.1:${naivePort}`;
-    await waitForReady(`${naiveBase}/ready`, naive);
-    // Whose each Resource is: the first position of each account's Resources, in order.
-    const accountFirsts = accounts.map(
-      (account) => catalogs.find((catalog) => catalog.accountId === account)!.first,
-    );
-    const coldScript = (keyTable: readonly string[]) => {
-      const file = path.join(stack.dataDir, `cold-${keyTable.length}.lua`);
-      fs.writeFileSync(
-        file,
-        `local keys = ${luaStrings(keyTable)}
+    if (runs('cold')) {
+      const cold = await serve(env);
+      running.push(cold.child);
+      const naivePort = await freePort();
+      const naiveKey = 'naive-bench-key';
+      const [naiveCommand, naiveArgs] = pinned(0, process.execPath, [
+        path.join(ROOT, 'dist-bench', 'bench', 'naive.js'),
+        naiveFile,
+        String(naivePort),
+        naiveKey,
+      ]);
+      const naive = spawn(naiveCommand, naiveArgs, { stdio: ['ignore', 'ignore', 'inherit'] });
+      running.push(naive);
+      const naiveBase = `http://127.0.0.1:${naivePort}`;
+      await waitForReady(`${naiveBase}/ready`, naive);
+      // Whose each Resource is: the first position of each account's Resources, in order.
+      const accountFirsts = accounts.map(
+        (account) => catalogs.find((catalog) => catalog.accountId === account)!.first,
+      );
+      const coldScript = (keyTable: readonly string[]) => {
+        const file = path.join(stack.dataDir, `cold-${keyTable.length}.lua`);
+        fs.writeFileSync(
+          file,
+          `local keys = ${luaStrings(keyTable)}
 local firsts = {${accountFirsts.join(',')}}
 math.randomseed(os.time())
 request = function()
@@ -648,63 +703,66 @@ request = function()
   return wrk.format("GET", string.format("/v3/playbook/resources/01940000-0000-7001-8000-%012x", i), {["x-api-key"] = keys[owner]})
 end
 `,
-      );
-      return file;
-    };
-    const oursLoad = { connections: CONNECTIONS, seconds: DURATION_S, script: coldScript(keys) };
-    const naiveLoad = { connections: CONNECTIONS, seconds: DURATION_S, script: coldScript([naiveKey]) };
-    // Warm both (the page cache of their files, the JIT), then alternate who goes first.
-    wrk(cold.base, { ...oursLoad, seconds: 5 });
-    wrk(naiveBase, { ...naiveLoad, seconds: 5 });
-    const rounds: { ours: LoadResult; theirs: LoadResult; hits: number }[] = [];
-    for (let round = 0; round < ROUNDS; round++) {
-      const lookups = await cacheLookups(cold.metrics);
-      let ours: LoadResult;
-      let theirs: LoadResult;
-      if (round % 2 === 0) {
-        ours = wrk(cold.base, oursLoad);
-        theirs = wrk(naiveBase, naiveLoad);
-      } else {
-        theirs = wrk(naiveBase, naiveLoad);
-        ours = wrk(cold.base, oursLoad);
+        );
+        return file;
+      };
+      const oursLoad = { connections: CONNECTIONS, seconds: DURATION_S, script: coldScript(keys) };
+      const naiveLoad = { connections: CONNECTIONS, seconds: DURATION_S, script: coldScript([naiveKey]) };
+      // Warm both (the page cache of their files, the JIT), then alternate who goes first.
+      wrk(cold.base, { ...oursLoad, seconds: 5 });
+      wrk(naiveBase, { ...naiveLoad, seconds: 5 });
+      const rounds: { ours: LoadResult; theirs: LoadResult; hits: number }[] = [];
+      for (let round = 0; round < ROUNDS; round++) {
+        const lookups = await cacheLookups(cold.metrics);
+        let ours: LoadResult;
+        let theirs: LoadResult;
+        if (round % 2 === 0) {
+          ours = wrk(cold.base, oursLoad);
+          theirs = wrk(naiveBase, naiveLoad);
+        } else {
+          theirs = wrk(naiveBase, naiveLoad);
+          ours = wrk(cold.base, oursLoad);
+        }
+        const after = await cacheLookups(cold.metrics);
+        const hit = after.hit - lookups.hit;
+        rounds.push({ ours, theirs, hits: hit / Math.max(1, hit + after.miss - lookups.miss) });
       }
-      const after = await cacheLookups(cold.metrics);
-      const hit = after.hit - lookups.hit;
-      rounds.push({ ours, theirs, hits: hit / Math.max(1, hit + after.miss - lookups.miss) });
+      const ratio = median(rounds.map((r) => r.ours.rps / r.theirs.rps));
+      const p99 = median(rounds.map((r) => r.ours.p99Ms));
+      const errors = rounds.reduce((sum, r) => sum + r.ours.errors + r.theirs.errors, 0);
+      results.check(
+        `cold reads, random details over ${shape.resources} resources`,
+        `${median(rounds.map((r) => r.ours.rps)).toFixed(0)} req/s (p50 ${median(rounds.map((r) => r.ours.p50Ms)).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms, ` +
+          `lookups hit ${(median(rounds.map((r) => r.hits)) * 100).toFixed(1)} %) vs naive ${median(rounds.map((r) => r.theirs.rps)).toFixed(0)} req/s ` +
+          `(p99 ${median(rounds.map((r) => r.theirs.p99Ms)).toFixed(1)} ms)${errors ? `, ${errors} errors` : ''}; peak RSS ${peakRssMb(cold.child.pid!).toFixed(0)} MB`,
+        `≥ ${GOALS.coldRatio}× naive, p99 ≤ ${GOALS.coldP99Ms} ms; ratio ${ratio.toFixed(2)}×`,
+        ratio >= GOALS.coldRatio && p99 <= GOALS.coldP99Ms && errors === 0,
+      );
+      await stop(naive);
+      await stop(cold.child);
     }
-    const ratio = median(rounds.map((r) => r.ours.rps / r.theirs.rps));
-    const p99 = median(rounds.map((r) => r.ours.p99Ms));
-    const errors = rounds.reduce((sum, r) => sum + r.ours.errors + r.theirs.errors, 0);
-    results.check(
-      `cold reads, random details over ${shape.resources} resources`,
-      `${median(rounds.map((r) => r.ours.rps)).toFixed(0)} req/s (p50 ${median(rounds.map((r) => r.ours.p50Ms)).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms, ` +
-        `lookups hit ${(median(rounds.map((r) => r.hits)) * 100).toFixed(1)} %) vs naive ${median(rounds.map((r) => r.theirs.rps)).toFixed(0)} req/s ` +
-        `(p99 ${median(rounds.map((r) => r.theirs.p99Ms)).toFixed(1)} ms)${errors ? `, ${errors} errors` : ''}; peak RSS ${peakRssMb(cold.child.pid!).toFixed(0)} MB`,
-      `≥ ${GOALS.coldRatio}× naive, p99 ≤ ${GOALS.coldP99Ms} ms; ratio ${ratio.toFixed(2)}×`,
-      ratio >= GOALS.coldRatio && p99 <= GOALS.coldP99Ms && errors === 0,
-    );
-    await stop(naive);
-    await stop(cold.child);
 
     // 5b. The last page of `svc/big` against its first, read from storage every time.
-    const pages = await serve(env, { PLAYBOOK_ANSWER_CACHE_BYTES: '0' });
-    running.push(pages.child);
-    const pageMs: number[] = [];
-    const bigLast = Math.ceil(shape.bigCatalog / 100);
-    for (const page of [1, bigLast]) {
-      const url = `${pages.base}/v3/playbook/catalogs/svc/big/resources?pageSize=100&page=${page}`;
-      await request(url, { headers, keep: false });
-      const times: number[] = [];
-      for (let i = 0; i < 15; i++) times.push((await request(url, { headers, keep: false })).ms);
-      pageMs.push(median(times));
+    if (runs('deep')) {
+      const pages = await serve(env, { PLAYBOOK_ANSWER_CACHE_BYTES: '0' });
+      running.push(pages.child);
+      const pageMs: number[] = [];
+      const bigLast = Math.ceil(shape.bigCatalog / 100);
+      for (const page of [1, bigLast]) {
+        const url = `${pages.base}/v3/playbook/catalogs/svc/big/resources?pageSize=100&page=${page}`;
+        await request(url, { headers, keep: false });
+        const times: number[] = [];
+        for (let i = 0; i < 15; i++) times.push((await request(url, { headers, keep: false })).ms);
+        pageMs.push(median(times));
+      }
+      const deep = pageMs[1]! / pageMs[0]!;
+      results.check(
+        'deep page of svc/big, from storage',
+        `first ${pageMs[0]!.toFixed(1)} ms, last (page ${bigLast} of 100) ${pageMs[1]!.toFixed(1)} ms`,
+        `≤ ${GOALS.deepOverFirst}× the first; ratio ${deep.toFixed(2)}`,
+        deep <= GOALS.deepOverFirst,
+      );
     }
-    const deep = pageMs[1]! / pageMs[0]!;
-    results.check(
-      'deep page of svc/big, from storage',
-      `first ${pageMs[0]!.toFixed(1)} ms, last (page ${bigLast} of 100) ${pageMs[1]!.toFixed(1)} ms`,
-      `≤ ${GOALS.deepOverFirst}× the first; ratio ${deep.toFixed(2)}`,
-      deep <= GOALS.deepOverFirst,
-    );
   } finally {
     for (const child of running) await stop(child);
     await stack.stop();
@@ -723,9 +781,13 @@ async function main(): Promise<number> {
   const naiveDir = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-scale-naive-'));
   try {
     const naiveFile = path.join(naiveDir, 'naive.db');
-    const started = performance.now();
-    await fillNaive(naiveFile, shape, (line) => console.log(line));
-    console.log(`  naive service's database made in ${((performance.now() - started) / 1000).toFixed(0)} s`);
+    if (runs('cold')) {
+      const started = performance.now();
+      await fillNaive(naiveFile, shape, (line) => console.log(line));
+      console.log(
+        `  naive service's database made in ${((performance.now() - started) / 1000).toFixed(0)} s`,
+      );
+    }
     const results = verdicts();
     for (const stack of STACKS) await measureStack(stack, shape, naiveFile, results);
     console.log(results.failures === 0 ? 'all goals met' : `${results.failures} goal(s) missed`);
