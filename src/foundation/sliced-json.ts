@@ -171,18 +171,31 @@ class SlicedJsonReader {
  * loop between slices (D20). Nesting past `maxDepth` throws {@link TooDeepError} before anything
  * deeper is read; a text that is not JSON throws the parser's error.
  */
-export async function parseJsonInSlices(
+export function parseJsonInSlices(
   text: Uint8Array | string,
   maxDepth = Number.POSITIVE_INFINITY,
 ): Promise<unknown> {
+  return parseJsonParts([text], maxDepth);
+}
+
+/**
+ * {@link parseJsonInSlices} of a text that comes in parts, each read as it comes: a text stored in
+ * parts (a Catalog version's pins) is never joined whole.
+ */
+export async function parseJsonParts(
+  parts: Iterable<Uint8Array | string> | AsyncIterable<Uint8Array | string>,
+  maxDepth = Number.POSITIVE_INFINITY,
+): Promise<unknown> {
   const reader = new SlicedJsonReader(maxDepth);
-  for (let offset = 0; offset < text.length; offset += SLICE_BYTES) {
-    reader.write(
-      typeof text === 'string'
-        ? text.slice(offset, offset + SLICE_BYTES)
-        : text.subarray(offset, offset + SLICE_BYTES),
-    );
-    await yieldIfBusy();
+  for await (const text of parts) {
+    for (let offset = 0; offset < text.length; offset += SLICE_BYTES) {
+      reader.write(
+        typeof text === 'string'
+          ? text.slice(offset, offset + SLICE_BYTES)
+          : text.subarray(offset, offset + SLICE_BYTES),
+      );
+      await yieldIfBusy();
+    }
   }
   return reader.end();
 }
