@@ -21,8 +21,10 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
+import { PINS_PART_CHARS } from '../src/catalog/stored-pins.js';
 import { manifestHashOf } from '../src/catalog-writes/catalog-pins.js';
 import { sqliteDriver } from '../src/db/create-db.js';
+import { textParts } from '../src/foundation/text-parts.js';
 import type { ResourcePin } from '../src/schemas/playbook.js';
 
 export interface ScaleShape {
@@ -163,6 +165,7 @@ interface Batch {
   catalogs: unknown[][];
   facets: unknown[][];
   catalogVersions: unknown[][];
+  versionPins: unknown[][];
   resources: unknown[][];
   versions: unknown[][];
   blobs: unknown[][];
@@ -188,12 +191,12 @@ const COLUMNS = {
     'id',
     'catalog_id',
     'version',
-    'pins',
     'manifest_hash',
     'resource_count',
     'published_at',
     'created_at',
   ],
+  catalog_version_pins: ['version_id', 'part', 'json'],
   resources: [
     'id',
     'catalog_id',
@@ -269,6 +272,7 @@ async function forEachBatch(
     catalogs: [],
     facets: [],
     catalogVersions: [],
+    versionPins: [],
     resources: [],
     versions: [],
     blobs: [],
@@ -378,12 +382,14 @@ async function forEachBatch(
       versionId,
       catalogId,
       '1.0.0',
-      JSON.stringify(pins),
       await manifestHashOf(pins),
       pins.length,
       AT,
       AT,
     ]);
+    for (const [part, json] of textParts(JSON.stringify(pins), PINS_PART_CHARS).entries()) {
+      batch.versionPins.push([versionId, part, json]);
+    }
     done += catalog.count;
     if (done - reported >= 100_000 || done === shape.resources) {
       reported = done;
@@ -414,6 +420,7 @@ export async function fillSqlite(
     catalogs: insert(db, 'catalogs', COLUMNS.catalogs),
     facets: insert(db, 'catalog_facet_values', COLUMNS.catalog_facet_values),
     catalogVersions: insert(db, 'catalog_versions', COLUMNS.catalog_versions),
+    versionPins: insert(db, 'catalog_version_pins', COLUMNS.catalog_version_pins),
     resources: insert(db, 'resources', COLUMNS.resources),
     versions: insert(db, 'resource_versions', COLUMNS.resource_versions),
     blobs: db.prepare('insert or ignore into content_blobs (content_hash, body) values (?, ?)'),
@@ -474,7 +481,7 @@ export async function fillPostgres(
       if (rows.length === 0) return;
       const columns = COLUMNS[table];
       const types = columns.map((c) =>
-        c === 'resource_count' || c === 'content_size_bytes' ? 'integer[]' : 'text[]',
+        c === 'resource_count' || c === 'content_size_bytes' || c === 'part' ? 'integer[]' : 'text[]',
       );
       const arrays = columns.map((_, i) => rows.map((row) => row[i]));
       await client.query(
@@ -497,6 +504,7 @@ export async function fillPostgres(
         await insert('catalogs', batch.catalogs);
         await insert('catalog_facet_values', batch.facets);
         await insert('catalog_versions', batch.catalogVersions);
+        await insert('catalog_version_pins', batch.versionPins);
         await insert('resources', batch.resources);
         await insert('resource_versions', batch.versions);
         await insert('content_blobs', batch.blobs, 'on conflict do nothing');

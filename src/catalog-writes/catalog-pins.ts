@@ -1,9 +1,7 @@
 import { createHash } from 'node:crypto';
-import { SqliteAdapter } from 'kysely';
 import { canonicalJson } from '../content/hash.js';
-import type { Db } from '../db/tables.js';
 import { yieldIfBusy } from '../foundation/pace.js';
-import { parseJsonInSlices, stringifyInSlices } from '../foundation/sliced-json.js';
+import { stringifyInSlices } from '../foundation/sliced-json.js';
 import { byText } from '../foundation/text-order.js';
 import type { ResourcePin } from '../schemas/playbook.js';
 
@@ -98,36 +96,4 @@ export function pinChanges(before: readonly ResourcePin[], after: readonly Resou
   }
   for (const pin of old.values()) changes.push(`-${pin.resourceHumanRef}`);
   return changes;
-}
-
-/** Characters of a stored version's pins read per statement on PostgreSQL: a millisecond's copying. */
-const PINS_READ_CHARS = 1 << 20;
-
-/**
- * The pins of a stored Catalog version, parsed a slice at a time (D20): the pins of 100,000 Resources
- * are 20 MB of JSON, which one parse would make in a single turn of the event loop. PostgreSQL's
- * driver takes as long to receive 20 MB in one row (280 ms), so there the text is read a slice per
- * statement; SQLite reads it whole in a few tens of milliseconds, and a slice of it only by reading
- * the text from its start, so there it is read in one.
- */
-export async function readStoredPins(db: Db, versionId: string): Promise<ResourcePin[]> {
-  const version = db.selectFrom('catalog_versions').where('id', '=', versionId);
-  let text: string;
-  if (db.getExecutor().adapter instanceof SqliteAdapter) {
-    text = (await version.select('pins').executeTakeFirstOrThrow()).pins;
-  } else {
-    const { chars } = await version
-      .select((eb) => eb.fn<number>('length', ['pins']).as('chars'))
-      .executeTakeFirstOrThrow();
-    const parts: string[] = [];
-    for (let from = 1; from <= Number(chars); from += PINS_READ_CHARS) {
-      const { part } = await version
-        .select((eb) => eb.fn<string>('substr', ['pins', eb.val(from), eb.val(PINS_READ_CHARS)]).as('part'))
-        .executeTakeFirstOrThrow();
-      parts.push(part);
-      await yieldIfBusy();
-    }
-    text = parts.join('');
-  }
-  return (await parseJsonInSlices(text)) as ResourcePin[];
 }

@@ -1,8 +1,8 @@
+import { readStoredPins } from '../catalog/stored-pins.js';
 import { chunk, MAX_IN_LIST } from '../db/batches.js';
 import type { CatalogRow, Db, ResourceRow, ResourceVersionRow } from '../db/tables.js';
 import { yieldIfBusy } from '../foundation/pace.js';
 import type { ResourcePin } from '../schemas/playbook.js';
-import { readStoredPins } from './catalog-pins.js';
 
 /** Whose Catalogs an import writes: the service's own, or one account's. */
 export type ImportOwner = { readonly kind: 'svc' } | { readonly kind: 'account'; readonly accountId: string };

@@ -1,5 +1,6 @@
 import { PostgresAdapter, sql } from 'kysely';
 import { createAccountIfAbsent } from '../accounts/accounts.js';
+import { writeStoredPins } from '../catalog/stored-pins.js';
 import type { WriteScope } from '../changes/unit-of-work.js';
 import type { ContentStore } from '../content/content-store.js';
 import { chunk, MAX_IN_LIST, mapWithLimit, progressCounter, rowsPerInsert } from '../db/batches.js';
@@ -96,11 +97,9 @@ export async function writePlan(
     await trx.insertInto('catalog_facet_values').values(rows).execute();
   }
   // One at a time: a version that pins 100,000 Resources is tens of megabytes of JSON.
-  for (const version of plan.catalogVersions) {
-    await trx
-      .insertInto('catalog_versions')
-      .values({ ...version, pins: await version.pins() })
-      .execute();
+  for (const { pins, ...version } of plan.catalogVersions) {
+    await trx.insertInto('catalog_versions').values(version).execute();
+    await writeStoredPins(trx, version.id, await pins());
   }
 
   if (plan.newVersions.length >= CUSTOM_PLANS_FROM && trx.getExecutor().adapter instanceof PostgresAdapter) {

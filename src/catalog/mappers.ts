@@ -40,8 +40,15 @@ function ownership(accountId: string | null): { sourceScope: SourceScope; owner:
   return accountId === null ? { sourceScope: 'svc', owner: 'svc' } : { sourceScope: 'account', owner: 'org' };
 }
 
-/** A Catalog, with its current version and that version's pins. */
-export function toCatalog(row: CatalogRow, version: CurrentCatalogVersionRow | undefined): Catalog {
+/**
+ * A Catalog, with its current version and that version's pins: none unless given, as an answer written
+ * from the stored pins as they are read has them (stored-pins.ts).
+ */
+export function toCatalog(
+  row: CatalogRow,
+  version: CurrentCatalogVersionRow | undefined,
+  pins: ResourcePin[] = [],
+): Catalog {
   const { sourceScope, owner } = ownership(row.account_id);
   return {
     id: row.id,
@@ -63,7 +70,7 @@ export function toCatalog(row: CatalogRow, version: CurrentCatalogVersionRow | u
           currentVersion: {
             id: version.id,
             version: version.version,
-            resourcePins: JSON.parse(version.pins) as ResourcePin[],
+            resourcePins: pins,
             manifestHash: version.manifest_hash,
             resourceCount: Number(version.resource_count),
             ...optional({ publishedAt: version.published_at }),

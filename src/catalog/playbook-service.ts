@@ -35,6 +35,7 @@ import {
 } from './mappers.js';
 import { type CatalogTagRow, catalogTag, resourceTag } from './object-tags.js';
 import * as repo from './read-repository.js';
+import { type PinsHead, readPinsHeads, readStoredPins, storedPinsText } from './stored-pins.js';
 import { planAllows } from './visibility.js';
 
 export interface PageOf<T> {
@@ -59,18 +60,9 @@ export interface PositionsMemo {
 
 const NO_MEMO: PositionsMemo = { held: () => undefined, keep: () => {} };
 
-/** Characters of a version's pins read at once by the first read of a page: every small one whole. */
-const PINS_HEAD_CHARS = 64 * 1024;
-/**
- * Characters of a large version's pins read per statement after that. Each statement reads the stored
- * text from its start (SQLite loads the whole value; PostgreSQL decompresses up to the slice), so a
- * slice is large enough that 20 MB of pins are a score of statements, and small enough to hold.
- */
-const PINS_SLICE_CHARS = 1024 * 1024;
-
 /**
  * A page of Catalogs whose pins are read as they are needed: the page with every current version's
- * `resourcePins` empty, and the stored JSON text of those pins, a slice at a time. A Catalog version
+ * `resourcePins` empty, and the stored JSON text of those pins, a part at a time. A Catalog version
  * of 100,000 Resources pins 20 MB of text, which a whole page would hold at once.
  */
 export interface CatalogsPage {
@@ -82,7 +74,7 @@ export interface CatalogsPage {
   readonly pinCount: number;
   /**
    * A reader of the pins for one pass over the page: the JSON text of a version's pins (`[{…},…]`,
-   * exactly as the contract writes them), in slices; reading stops when the iteration does. A
+   * exactly as the contract writes them), in parts; reading stops when the iteration does. A
    * version's pins never change, so a pass begun long after the page was read reads the same text.
    */
   readPins(): (versionId: string) => AsyncGenerator<string>;
@@ -127,8 +119,13 @@ export class PlaybookService {
       () => repo.countCatalogs(this.db, principal, filters),
       (window) => repo.listCatalogs(this.db, principal, filters, window),
     );
+    const data: Catalog[] = [];
+    for (const { catalog, currentVersion } of rows) {
+      const pins = currentVersion && (await readStoredPins(this.db, currentVersion.id));
+      data.push(toCatalog(catalog, currentVersion, pins));
+    }
     return {
-      value: { data: rows.map((row) => toCatalog(row.catalog, row.currentVersion)), meta },
+      value: { data, meta },
       audience: this.catalogsAudience(principal, query),
       namespaces: serviceOnly(query) ? [namespaceOf(null)] : viewNamespaces(principal),
     };
@@ -143,37 +140,27 @@ export class PlaybookService {
     const { rows, meta } = await readPage(
       query,
       () => repo.countCatalogs(this.db, principal, filters),
-      (window) => repo.listCatalogHeads(this.db, principal, filters, window),
+      (window) => repo.listCatalogs(this.db, principal, filters, window),
     );
     const versionIds = rows.flatMap((row) => row.currentVersion?.id ?? []);
     const db = this.db;
     const readPins = () => {
-      // The first slice of every version in one statement (the whole of most), the rest of a large one
+      // The first part of every version in one statement (the whole of most), the rest of a large one
       // as it is asked for; each is let go once yielded.
-      let heads: Promise<Map<string, string>> | undefined;
+      let heads: Promise<Map<string, PinsHead>> | undefined;
       return async function* pinsText(versionId: string): AsyncGenerator<string> {
-        heads ??= repo.readPinsText(db, versionIds, 1, PINS_HEAD_CHARS);
+        heads ??= readPinsHeads(db, versionIds);
         const held = await heads;
-        let part = held.get(versionId);
-        if (part === undefined) throw new Error(`version ${versionId} is not of this page`);
+        const head = held.get(versionId);
+        if (head === undefined) throw new Error(`version ${versionId} is not of this page`);
         held.delete(versionId);
-        let from = 1;
-        let chars = PINS_HEAD_CHARS;
-        for (;;) {
-          if (part.length > 0) yield part;
-          if (part.length < chars) return;
-          from += chars;
-          chars = PINS_SLICE_CHARS;
-          part = (await repo.readPinsText(db, [versionId], from, chars)).get(versionId) ?? '';
-        }
+        yield* storedPinsText(db, versionId, head);
       };
     };
     return {
       value: {
         page: {
-          data: rows.map((row) =>
-            toCatalog(row.catalog, row.currentVersion && { ...row.currentVersion, pins: '[]' }),
-          ),
+          data: rows.map((row) => toCatalog(row.catalog, row.currentVersion)),
           meta,
         },
         versionIds,
@@ -200,8 +187,9 @@ export class PlaybookService {
   async getCatalog(principal: Principal, params: CatalogParams): Promise<Seen<Catalog>> {
     const row = await repo.findCatalogByRef(this.db, principal, params.owner, params.catalogSlug);
     if (!row) throw new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`);
+    const pins = row.currentVersion && (await readStoredPins(this.db, row.currentVersion.id));
     return {
-      value: toCatalog(row.catalog, row.currentVersion),
+      value: toCatalog(row.catalog, row.currentVersion, pins),
       audience: this.catalogAudience(principal, params),
       namespaces: [namespaceOf(row.catalog.account_id)],
       tag: await this.catalogTag(row.catalog),

@@ -69,23 +69,17 @@ export const CATALOG_COLUMNS = [
   'archived_at',
 ] as const satisfies readonly (keyof CatalogRow)[];
 
+/** A current version's columns but its pins, which are stored apart (stored-pins.ts). */
 export const CATALOG_VERSION_COLUMNS = [
   'id',
   'version',
-  'pins',
   'manifest_hash',
   'resource_count',
   'published_at',
 ] as const satisfies readonly (keyof CatalogVersionRow)[];
 export type CurrentCatalogVersionRow = Pick<CatalogVersionRow, (typeof CATALOG_VERSION_COLUMNS)[number]>;
 
-/** A current version's columns but its pins, which are read apart (`readPinsText`). */
-const CATALOG_VERSION_HEAD_COLUMNS = CATALOG_VERSION_COLUMNS.filter(
-  (column): column is Exclude<(typeof CATALOG_VERSION_COLUMNS)[number], 'pins'> => column !== 'pins',
-);
-export type CatalogVersionHeadRow = Omit<CurrentCatalogVersionRow, 'pins'>;
-
-/** A Catalog, with its current version (pins included) when it has one. */
+/** A Catalog, with its current version (but not that version's pins) when it has one. */
 export interface CatalogListRow {
   readonly catalog: CatalogRow;
   readonly currentVersion: CurrentCatalogVersionRow | undefined;
@@ -127,7 +121,8 @@ export async function countCatalogs(db: Db, principal: Principal, filters: Catal
 /**
  * Service-owned Catalogs first, then the account's, each by slug (D3). Slugs compare byte by byte on
  * every dialect: SQLite does so by default, and on PostgreSQL migration 0003 gives every text column
- * the "C" collation.
+ * the "C" collation. A page of Catalogs whose current versions pin 100,000 Resources is a few rows
+ * here: their pins, tens of megabytes of text, are read apart as they are needed (stored-pins.ts).
  */
 export async function listCatalogs(
   db: Db,
@@ -155,61 +150,6 @@ function catalogListRow(row: CatalogRow & Record<`cv_${string}`, unknown>): Cata
         ? undefined
         : unprefixed<CurrentCatalogVersionRow>(row, 'cv', CATALOG_VERSION_COLUMNS),
   };
-}
-
-/** A Catalog of a list, with its current version but not that version's pins. */
-export interface CatalogHeadRow {
-  readonly catalog: CatalogRow;
-  readonly currentVersion: CatalogVersionHeadRow | undefined;
-}
-
-/**
- * `listCatalogs` without the pins: a page of Catalogs whose current versions pin 100,000 Resources
- * is a few rows here, and the pins, tens of megabytes of text, are read a slice at a time as they are
- * sent (`readPinsText`).
- */
-export async function listCatalogHeads(
-  db: Db,
-  principal: Principal,
-  filters: CatalogFilters,
-  window: PageWindow,
-): Promise<CatalogHeadRow[]> {
-  const rows = await filteredCatalogs(db, principal, filters)
-    .leftJoin('catalog_versions as cv', 'cv.id', 'catalogs.current_version_id')
-    .selectAll('catalogs')
-    .select(prefixed('cv', CATALOG_VERSION_HEAD_COLUMNS))
-    .orderBy(sql`case when catalogs.account_id is null then 0 else 1 end`)
-    .orderBy('catalogs.slug')
-    .offset(window.offset)
-    .limit(window.limit)
-    .execute();
-  return rows.map((row) => ({
-    catalog: pick(row, CATALOG_COLUMNS),
-    currentVersion:
-      row.cv_id === null
-        ? undefined
-        : unprefixed<CatalogVersionHeadRow>(row, 'cv', CATALOG_VERSION_HEAD_COLUMNS),
-  }));
-}
-
-/**
- * Characters `from` (1-based) to `from + chars - 1` of the stored JSON text of Catalog versions' pins,
- * by version id; a text shorter than that ends the slice. A version's pins never change once written,
- * so slices read at different times fit together.
- */
-export async function readPinsText(
-  db: Db,
-  versionIds: readonly string[],
-  from: number,
-  chars: number,
-): Promise<Map<string, string>> {
-  if (versionIds.length === 0) return new Map();
-  const rows = await db
-    .selectFrom('catalog_versions')
-    .select((eb) => ['id', eb.fn<string>('substr', ['pins', eb.val(from), eb.val(chars)]).as('part')])
-    .where('id', 'in', [...versionIds])
-    .execute();
-  return new Map(rows.map((row) => [row.id, row.part]));
 }
 
 /** The Catalog a list of Resources names, found visible to the caller: its id, whose it is, its slug. */

@@ -99,7 +99,7 @@ export async function visibleCatalogAt(
     .executeTakeFirst();
 }
 
-/** The Catalogs of `ids` that `principal` sees, each with its current version and pins; order not kept. */
+/** The Catalogs of `ids` that `principal` sees, each with its current version (its pins are stored apart); order not kept. */
 export async function visibleCatalogs(
   db: Db,
   principal: Principal,

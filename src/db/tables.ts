@@ -44,11 +44,21 @@ export interface CatalogVersionTable {
   id: string;
   catalog_id: string;
   version: string;
-  pins: string;
   manifest_hash: string;
   resource_count: number;
   published_at: string | null;
   created_at: string;
+}
+
+/**
+ * A Catalog version's pins: their JSON text in parts, each read by its key (catalog/stored-pins.ts).
+ * A version of 100,000 Resources pins 20 MB, which no statement reads at once.
+ */
+export interface CatalogVersionPinsTable {
+  version_id: string;
+  /** 0, 1, 2…: the parts in the order of the text. */
+  part: number;
+  json: string;
 }
 
 export interface ResourceTable {
@@ -200,6 +210,7 @@ export interface Database {
   catalogs: CatalogTable;
   catalog_facet_values: CatalogFacetValueTable;
   catalog_versions: CatalogVersionTable;
+  catalog_version_pins: CatalogVersionPinsTable;
   resources: ResourceTable;
   resource_versions: ResourceVersionTable;
   content_blobs: ContentBlobTable;

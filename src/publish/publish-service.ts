@@ -2,7 +2,7 @@ import { v7 } from 'uuid';
 import type { Principal } from '../auth/principal.js';
 import { toCatalog } from '../catalog/mappers.js';
 import { catalogTag, resourceTag } from '../catalog/object-tags.js';
-import { readPinsText } from '../catalog/read-repository.js';
+import { readStoredPins, storedPinsText, writeStoredPins } from '../catalog/stored-pins.js';
 import {
   type ApplyOptions,
   applyCatalogs,
@@ -17,12 +17,7 @@ import {
   type ResourceInput,
   type ResourceSource,
 } from '../catalog-writes/catalog-input.js';
-import {
-  CatalogPins,
-  manifestHashOf,
-  type PinSource,
-  readStoredPins,
-} from '../catalog-writes/catalog-pins.js';
+import { CatalogPins, manifestHashOf, type PinSource } from '../catalog-writes/catalog-pins.js';
 import type { CatalogState, NamespaceState, ResourceState } from '../catalog-writes/namespace-state.js';
 import { loadNamespaceState } from '../catalog-writes/namespace-state.js';
 import { ImportValidationError } from '../catalog-writes/refusals.js';
@@ -78,7 +73,7 @@ export interface WriteAnswer<T> {
   readonly etag?: string;
   /**
    * The stored JSON text of the pins of the Catalog in `body`, whose `resourcePins` is left empty: a
-   * Catalog of 100,000 Resources pins 20 MB, read a slice at a time as the answer is sent (D30).
+   * Catalog of 100,000 Resources pins 20 MB, read a part at a time as the answer is sent (D30).
    */
   readonly pinsText?: () => AsyncGenerator<string>;
 }
@@ -370,13 +365,13 @@ export class PublishService {
             id,
             catalog_id: state.row.id,
             version: label,
-            pins: await pins.json(),
             manifest_hash: manifestHash,
             resource_count: pins.count,
             published_at: at,
             created_at: at,
           })
           .execute();
+        await writeStoredPins(trx, id, await pins.json());
         await trx
           .updateTable('catalogs')
           .set({ current_version_id: id, updated_at: at })
@@ -574,7 +569,7 @@ export class PublishService {
     }
     const etag = representationTag(await catalogTag(row, pages()));
     return {
-      catalog: toCatalog(row, version && { ...version, pins: '[]' }),
+      catalog: toCatalog(row, version),
       etag,
     };
   }
@@ -596,11 +591,8 @@ export class PublishService {
           .where('id', '=', state.row.current_version_id)
           .executeTakeFirst()
       : undefined;
-    // The pins of a large Catalog are megabytes of JSON: read apart, a slice at a time (D20).
-    const catalog = toCatalog(state.row, version && { ...version, pins: '[]' });
-    if (version && catalog.currentVersion) {
-      catalog.currentVersion.resourcePins = await readStoredPins(db, version.id);
-    }
+    // The pins of a large Catalog are megabytes of JSON: stored apart, read a part at a time (D20).
+    const catalog = toCatalog(state.row, version, version && (await readStoredPins(db, version.id)));
     const etag = await catalogEtag(state);
     return { state, catalog, etag };
   }
@@ -610,18 +602,6 @@ export class PublishService {
 interface CatalogSummary {
   readonly catalog: Catalog;
   readonly etag: string;
-}
-
-/** Characters of stored pins read per statement (see `readPinsText`). */
-const PINS_SLICE_CHARS = 1024 * 1024;
-
-/** The stored JSON text of a Catalog version's pins, a slice per statement. */
-async function* storedPinsText(db: Db, versionId: string): AsyncGenerator<string> {
-  for (let from = 1; ; from += PINS_SLICE_CHARS) {
-    const part = (await readPinsText(db, [versionId], from, PINS_SLICE_CHARS)).get(versionId) ?? '';
-    if (part.length > 0) yield part;
-    if (part.length < PINS_SLICE_CHARS) return;
-  }
 }
 
 /** A Catalog as stored: its state, its API shape and its ETag. */

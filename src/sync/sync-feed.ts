@@ -2,6 +2,7 @@ import type { Principal } from '../auth/principal.js';
 import { viewNamespaces } from '../catalog/audience.js';
 import { toCatalog, toResourceListItem } from '../catalog/mappers.js';
 import type { CatalogListRow, VisibleCatalog } from '../catalog/read-repository.js';
+import { readPinsTexts } from '../catalog/stored-pins.js';
 import {
   inVisibleCatalogs,
   placeOf,
@@ -340,9 +341,10 @@ export class SyncFeed {
           )
         ).map((row) => [row.catalog.id, row]),
       );
+      const pinsTexts = await catalogsPins(this.db, rows.values());
       for (const head of chosen) {
         const row = rows.get(head.id);
-        if (row) items.push(catalogItem(row));
+        if (row) items.push(catalogItem(row, pinsTexts));
       }
       const last = chosen.at(-1);
       if (last && chosen.length < heads.length) return more({ phase: 'catalogs', after: placeOf(last) });
@@ -448,6 +450,7 @@ export class SyncFeed {
         .filter((row) => row.catalog.account_id === null)
         .map((row) => row.catalog.id);
       const updated = await catalogsRestatedIn(this.db, serviceCatalogs, stretch);
+      const pinsTexts = await catalogsPins(this.db, catalogs.values());
 
       for (const entity of batch) {
         after = entity.seq;
@@ -457,7 +460,7 @@ export class SyncFeed {
             items.push({ type: 'removed', entity: 'catalog', id: entity.id });
             continue;
           }
-          items.push(catalogItem(row));
+          items.push(catalogItem(row, pinsTexts));
           if (entity.namespace === SERVICE_NAMESPACE && updated.has(entity.id)) {
             // Its Resources may have come into view with it: sent next, before the rest of the batch.
             expansion = { catalogId: entity.id, afterSlug: '' };
@@ -474,15 +477,21 @@ export class SyncFeed {
   }
 }
 
-/** A Catalog as an item, its pins left as the text they are stored as. */
-function catalogItem(row: CatalogListRow): FeedItem {
+/** The stored text of the pins of the current versions of `rows`, by version id. */
+function catalogsPins(db: Db, rows: Iterable<CatalogListRow>): Promise<Map<string, string>> {
+  return readPinsTexts(
+    db,
+    [...rows].flatMap((row) => row.currentVersion?.id ?? []),
+  );
+}
+
+/** A Catalog as an item, its pins left as the text they are stored as (`pinsTexts`, by version id). */
+function catalogItem(row: CatalogListRow, pinsTexts: ReadonlyMap<string, string>): FeedItem {
   const version = row.currentVersion;
   if (!version) return { type: 'catalog', catalog: toCatalog(row.catalog, undefined) };
-  return {
-    type: 'catalog',
-    catalog: toCatalog(row.catalog, { ...version, pins: '[]' }),
-    pinsJson: version.pins,
-  };
+  const pinsJson = pinsTexts.get(version.id);
+  if (pinsJson === undefined) throw new Error(`no stored pins for catalog version ${version.id}`);
+  return { type: 'catalog', catalog: toCatalog(row.catalog, version), pinsJson };
 }
 
 function describeSeconds(seconds: number): string {

@@ -2,6 +2,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { v7 as uuidv7 } from 'uuid';
+import { writeStoredPins } from '../../src/catalog/stored-pins.js';
 import { DatabaseContentStore } from '../../src/content/database-store.js';
 import { DirectoryContentStore } from '../../src/content/directory-store.js';
 import { canonicalJson, sha256Hex, utf8Size } from '../../src/content/hash.js';
@@ -222,13 +223,13 @@ export async function givenStoredPins(
       id,
       catalog_id: catalogId,
       version,
-      pins: JSON.stringify(pins),
       manifest_hash: sha256Hex(canonicalJson(pins)),
       resource_count: pins.length,
       published_at: at,
       created_at: at,
     })
     .execute();
+  await writeStoredPins(db, id, JSON.stringify(pins));
   return id;
 }
 
@@ -239,6 +240,7 @@ export async function clearStorage(db: Db): Promise<void> {
   for (const table of [
     'resource_versions',
     'resources',
+    'catalog_version_pins',
     'catalog_versions',
     'catalog_facet_values',
     'catalogs',

@@ -29,6 +29,7 @@ async function catalogData(backend: TestBackend) {
   const kept = [
     'catalogs',
     'catalog_versions',
+    'catalog_version_pins',
     'catalog_facet_values',
     'resources',
     'resource_versions',

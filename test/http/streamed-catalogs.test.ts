@@ -49,7 +49,7 @@ function principalOf(accountId: string | null): Principal {
 /** A second connection to the backend's database that counts the statements reading stored pins. */
 function countingDb(backend: TestBackend, counted: { pinReads: number }): Db {
   const log = (event: LogEvent) => {
-    if (event.level === 'query' && /substr\("pins"/.test(event.query.sql)) counted.pinReads++;
+    if (event.level === 'query' && /from "catalog_version_pins"/.test(event.query.sql)) counted.pinReads++;
   };
   const url = backend.env.PLAYBOOK_DATABASE_URL!;
   const dialect = url.startsWith('sqlite:')

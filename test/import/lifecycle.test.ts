@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { readPinsText } from '../../src/catalog/stored-pins.js';
 import type { ContentStore } from '../../src/content/content-store.js';
 import type { Db } from '../../src/db/tables.js';
 import { WriteContentionError } from '../../src/foundation/errors.js';
@@ -73,13 +74,15 @@ async function catalogVersions(slug: string) {
     .execute();
 }
 
+/** A Catalog's current version row, with the JSON text of its pins (stored apart, in parts). */
 async function currentCatalogVersion(slug: string) {
   const catalog = await catalogRow(slug);
-  return db()
+  const row = await db()
     .selectFrom('catalog_versions')
     .selectAll()
     .where('id', '=', catalog.current_version_id)
     .executeTakeFirstOrThrow();
+  return { ...row, pins: await readPinsText(db(), row.id) };
 }
 
 /** The pins D15 expects, worked out from the stored rows, independently of the importer. */
@@ -979,15 +982,9 @@ describe('D15 account namespaces', () => {
     ]);
     const mine = await catalogRow('handbook', 'acme');
     expect(mine.id).not.toBe((await catalogRow('handbook')).id);
-    const pins = JSON.parse(
-      (
-        await db()
-          .selectFrom('catalog_versions')
-          .select('pins')
-          .where('id', '=', mine.current_version_id)
-          .executeTakeFirstOrThrow()
-      ).pins,
-    ) as { resourceHumanRef: string }[];
+    const pins = JSON.parse(await readPinsText(db(), mine.current_version_id!)) as {
+      resourceHumanRef: string;
+    }[];
     expect(pins.map((pin) => pin.resourceHumanRef)).toEqual(['org/handbook/a']);
     expect((await dumpStorage(backend)).tables.catalogs).toEqual(
       expect.arrayContaining(svc.tables.catalogs!),

@@ -1,16 +1,16 @@
 import { v7 as uuidv7 } from 'uuid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readStoredPins } from '../../src/catalog-writes/catalog-pins.js';
+import { PINS_PART_CHARS, readPinsText, readStoredPins } from '../../src/catalog/stored-pins.js';
 import type { ResourcePin } from '../../src/schemas/playbook.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { givenCatalog, givenStoredPins } from '../helpers/fixtures.js';
 
 /**
- * D20: a stored Catalog version's pins are read back a slice of their text per statement, on both
- * stacks, and come out exactly as stored: slices end between characters, never inside one, whatever
- * the characters (multi-byte, astral).
+ * D20, D30: a stored Catalog version's pins are stored in parts of their text, read back a few parts
+ * per statement, on both stacks, and come out exactly as stored: parts end between characters, never
+ * inside one, whatever the characters (multi-byte, astral).
  */
-describe('stored pins, read in slices', () => {
+describe('stored pins, read in parts', () => {
   let backend: TestBackend;
   beforeAll(async () => {
     backend = await createTestBackend();
@@ -33,10 +33,22 @@ describe('stored pins, read in slices', () => {
     contentHash: 'c'.repeat(64),
   });
 
-  it('several slices of text come back whole and in order', async () => {
+  it('many parts of text, more than a statement reads, come back whole and in order', async () => {
     const pins = Array.from({ length: 12_000 }, (_, i) => pin(i));
     expect(JSON.stringify(pins).length).toBeGreaterThan(2 * (1 << 20));
-    expect(await readStoredPins(backend.databases.primary, await stored(pins))).toEqual(pins);
+    const versionId = await stored(pins);
+    const parts = await backend.databases.primary
+      .selectFrom('catalog_version_pins')
+      .select(['part', 'json'])
+      .where('version_id', '=', versionId)
+      .orderBy('part')
+      .execute();
+    // More parts than one statement reads (16), each at most a part's size, which join to the text.
+    expect(parts.length).toBeGreaterThan(16);
+    expect(parts.every((row) => row.json.length <= PINS_PART_CHARS)).toBe(true);
+    expect(parts.map((row) => row.json).join('')).toBe(JSON.stringify(pins));
+    expect(await readStoredPins(backend.databases.primary, versionId)).toEqual(pins);
+    expect(await readPinsText(backend.databases.primary, versionId)).toBe(JSON.stringify(pins));
   });
 
   it('no pins, and one', async () => {

@@ -1,0 +1,129 @@
+import type { Db } from '../db/tables.js';
+import { parseJsonParts } from '../foundation/sliced-json.js';
+import { textParts } from '../foundation/text-parts.js';
+import type { ResourcePin } from '../schemas/playbook.js';
+
+/**
+ * The stored JSON text of a Catalog version's pins (`[{…},…]`, exactly as the contract writes them),
+ * in parts of at most `PINS_PART_CHARS` characters, a row each (migration 0012). A version of 100,000
+ * Resources pins 20 MB of text: a slice of one stored value costs a read of it from its start (SQLite
+ * loads the whole value; PostgreSQL's `substr` of UTF-8 text fetches, and decompresses, everything up
+ * to the slice), so reading one a slice at a time cost time that grew with the square of its length.
+ * A part is read by its key. A version's pins never change once written, so parts read at different
+ * times fit together.
+ */
+
+/** Characters (UTF-16 code units) of pins in one stored part. */
+export const PINS_PART_CHARS = 64 * 1024;
+/** Parts read or written per statement (after a version's first, when read): about a mebibyte of text. */
+const PARTS_PER_STATEMENT = 16;
+
+/** Stores the pins of the version `versionId` (whose row is written already), through `db`. */
+export async function writeStoredPins(db: Db, versionId: string, text: string): Promise<void> {
+  const parts = textParts(text, PINS_PART_CHARS);
+  for (let from = 0; from < parts.length; from += PARTS_PER_STATEMENT) {
+    await db
+      .insertInto('catalog_version_pins')
+      .values(
+        parts
+          .slice(from, from + PARTS_PER_STATEMENT)
+          .map((json, index) => ({ version_id: versionId, part: from + index, json })),
+      )
+      .execute();
+  }
+}
+
+/** The first part of a version's pins, and how many parts it has. */
+export interface PinsHead {
+  readonly first: string;
+  readonly parts: number;
+}
+
+/**
+ * The first part of each version's pins (the whole of most) and its count of parts, in one statement:
+ * what a page of Catalogs reads before it reads the rest of a large version a few parts at a time.
+ */
+export async function readPinsHeads(db: Db, versionIds: readonly string[]): Promise<Map<string, PinsHead>> {
+  if (versionIds.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('catalog_version_pins as p')
+    .select((eb) => [
+      'p.version_id',
+      'p.json',
+      eb
+        .selectFrom('catalog_version_pins as c')
+        .select((count) => count.fn.countAll<number | string>().as('parts'))
+        .whereRef('c.version_id', '=', 'p.version_id')
+        .as('parts'),
+    ])
+    .where('p.version_id', 'in', [...versionIds])
+    .where('p.part', '=', 0)
+    .execute();
+  return new Map(rows.map((row) => [row.version_id, { first: row.json, parts: Number(row.parts) }]));
+}
+
+/** Parts `from` to `from + count - 1` of a version's pins, in order. */
+async function readPinsParts(db: Db, versionId: string, from: number, count: number): Promise<string[]> {
+  const rows = await db
+    .selectFrom('catalog_version_pins')
+    .select('json')
+    .where('version_id', '=', versionId)
+    .where('part', '>=', from)
+    .where('part', '<', from + count)
+    .orderBy('part')
+    .execute();
+  return rows.map((row) => row.json);
+}
+
+/**
+ * A version's pins, part by part, a statement per `PARTS_PER_STATEMENT` parts after its head (read here
+ * unless given): reading stops when the iteration does, and each part is let go once yielded.
+ */
+export async function* storedPinsText(db: Db, versionId: string, head?: PinsHead): AsyncGenerator<string> {
+  const { first, parts } =
+    head ?? (await readPinsHeads(db, [versionId])).get(versionId) ?? missing(versionId);
+  if (first.length > 0) yield first;
+  for (let from = 1; from < parts; from += PARTS_PER_STATEMENT) {
+    for (const part of await readPinsParts(
+      db,
+      versionId,
+      from,
+      Math.min(PARTS_PER_STATEMENT, parts - from),
+    )) {
+      yield part;
+    }
+  }
+}
+
+/**
+ * The whole stored text of each version's pins, by version id: the first parts in one statement, the
+ * rest of a large version after. For what holds the text whole (a page of the sync feed, whose pins
+ * are bounded by its budget; a test).
+ */
+export async function readPinsTexts(db: Db, versionIds: readonly string[]): Promise<Map<string, string>> {
+  const texts = new Map<string, string>();
+  for (const [versionId, head] of await readPinsHeads(db, versionIds)) {
+    const parts: string[] = [];
+    for await (const part of storedPinsText(db, versionId, head)) parts.push(part);
+    texts.set(versionId, parts.join(''));
+  }
+  return texts;
+}
+
+/** The whole stored text of a version's pins. */
+export async function readPinsText(db: Db, versionId: string): Promise<string> {
+  return (await readPinsTexts(db, [versionId])).get(versionId) ?? missing(versionId);
+}
+
+/**
+ * The pins of a stored Catalog version, parsed part by part as they are read (D20): the pins of
+ * 100,000 Resources are 20 MB of JSON, which one parse would make in a single turn of the event loop,
+ * and which are never held whole as text.
+ */
+export async function readStoredPins(db: Db, versionId: string): Promise<ResourcePin[]> {
+  return (await parseJsonParts(storedPinsText(db, versionId))) as ResourcePin[];
+}
+
+function missing(versionId: string): never {
+  throw new Error(`no stored pins for catalog version ${versionId}`);
+}
