@@ -8,8 +8,14 @@ import type { Facets } from '../schemas/common.js';
  * caller filters through these expressions; anything they exclude is answered 404 as if absent.
  */
 
+/**
+ * What visibility depends on: the caller's account alone. A query built once for every caller with an
+ * account (prepared-query.ts) is built from this, with the account as a value.
+ */
+export type Viewer = Pick<Principal, 'accountId'>;
+
 /** Service-owned Catalogs in `active` or `archived`, and every Catalog of the caller's account. */
-export function catalogVisibleTo(principal: Principal) {
+export function catalogVisibleTo(principal: Viewer) {
   return (eb: ExpressionBuilder<Database, 'catalogs'>): Expression<SqlBool> => {
     const published = eb.and([
       eb('catalogs.account_id', 'is', null),
@@ -22,7 +28,7 @@ export function catalogVisibleTo(principal: Principal) {
 }
 
 /** A Resource of a visible Catalog, unless it is a service-owned draft. */
-export function resourceVisibleTo(principal: Principal) {
+export function resourceVisibleTo(principal: Viewer) {
   return (eb: ExpressionBuilder<Database, 'catalogs' | 'resources'>): Expression<SqlBool> =>
     eb.and([
       catalogVisibleTo(principal)(eb),
@@ -41,7 +47,7 @@ export function resourceVisibleIn(catalog: { readonly account_id: string | null 
 }
 
 /** A version of a visible Resource, unless it is a service-owned draft version. */
-export function versionVisibleTo(principal: Principal) {
+export function versionVisibleTo(principal: Viewer) {
   return (
     eb: ExpressionBuilder<Database, 'catalogs' | 'resources' | 'resource_versions'>,
   ): Expression<SqlBool> =>
