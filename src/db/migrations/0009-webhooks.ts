@@ -20,13 +20,13 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .createTable('webhook_endpoints')
     .addColumn('id', 'text', (c) => text(c).primaryKey())
     .addColumn('account_id', 'text', (c) => text(c).notNull().references('accounts.id'))
-    .addColumn('url', 'text', (c) => c.notNull())
+    .addColumn('url', 'text', (c) => text(c).notNull())
     // JSON array of change types, or ["*"].
-    .addColumn('events', 'text', (c) => c.notNull())
-    .addColumn('description', 'text')
+    .addColumn('events', 'text', (c) => text(c).notNull())
+    .addColumn('description', 'text', text)
     .addColumn('status', 'text', (c) => text(c).notNull())
-    .addColumn('secret_sealed', 'text', (c) => c.notNull())
-    .addColumn('secret_key_id', 'text', (c) => c.notNull())
+    .addColumn('secret_sealed', 'text', (c) => text(c).notNull())
+    .addColumn('secret_key_id', 'text', (c) => text(c).notNull())
     .addColumn('created_at', 'text', (c) => text(c).notNull())
     .addColumn('updated_at', 'text', (c) => text(c).notNull())
     // When its attempts began to fail without a success since: five days of it disable the endpoint.
@@ -70,13 +70,13 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     // The event's id (the change's), sent as `webhook-id` on every attempt.
     .addColumn('event_id', 'text', (c) => text(c).notNull())
     .addColumn('event_type', 'text', (c) => text(c).notNull())
-    .addColumn('payload', 'text')
+    .addColumn('payload', 'text', text)
     // pending, succeeded or failed.
     .addColumn('status', 'text', (c) => text(c).notNull())
     .addColumn('attempts', 'integer', (c) => c.notNull())
     .addColumn('next_attempt_at', 'text', (c) => text(c).notNull())
     .addColumn('leased_until', 'text', (c) => text(c))
-    .addColumn('lease_token', 'text')
+    .addColumn('lease_token', 'text', text)
     .addColumn('created_at', 'text', (c) => text(c).notNull())
     .addColumn('updated_at', 'text', (c) => text(c).notNull())
     .execute();
@@ -108,7 +108,7 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .addColumn('outcome', 'text', (c) => text(c).notNull())
     .addColumn('status_code', 'integer')
     .addColumn('duration_ms', 'integer', (c) => c.notNull())
-    .addColumn('error', 'text')
+    .addColumn('error', 'text', text)
     .addColumn('next_attempt_at', 'text', (c) => text(c))
     .execute();
   // An endpoint's attempts, newest first.
