@@ -4,6 +4,7 @@ import { everyItem } from './pages.js';
 import { PlaybookSync } from './sync.js';
 import {
   type Call,
+  type CallOptions,
   MemoryCache,
   type PlaybookCache,
   type ResponseInfo,
@@ -11,6 +12,8 @@ import {
   type Written,
 } from './transport.js';
 import { webhookEndpointsOf } from './webhook-endpoints.js';
+
+export type { CallOptions } from './transport.js';
 
 type Schemas = components['schemas'];
 type Json<Op extends keyof operations, Status extends number> = operations[Op]['responses'] extends {
@@ -84,25 +87,6 @@ export interface PlaybookOptions {
   readonly fetch?: typeof fetch;
   /** Told of every final answer: status, request id, rate-limit budget, whether it came from cache. */
   readonly onResponse?: (info: ResponseInfo) => void;
-}
-
-/** Per-call options, the last argument of every method. */
-export interface CallOptions {
-  /**
-   * Ends the call at once when it aborts, in a request or in a wait between retries, and nothing is
-   * retried after it: the call rejects with the signal's reason (a `DOMException` named `AbortError`
-   * unless the signal was given another).
-   */
-  readonly signal?: AbortSignal;
-  /**
-   * Headers of this call alone, e.g. `x-request-id` (the service echoes a sane one, to find the call
-   * in its logs) or `traceparent`. They may replace `user-agent` and `accept`. Headers that say who
-   * calls or what the call is based on are the client's own: `x-api-key`, `authorization` and
-   * `x-account-id` (given when the client is made), `if-match` and `if-none-match` (`ifMatch`,
-   * `createOnly` and the cache) and `content-type`; naming one rejects the call with a `TypeError`
-   * before anything is sent.
-   */
-  readonly headers?: Readonly<Record<string, string>>;
 }
 
 const segment = encodeURIComponent;

@@ -1,5 +1,24 @@
 import { PlaybookError, type ProblemField } from './errors.js';
 
+/** Per-call options, the last argument of every method. */
+export interface CallOptions {
+  /**
+   * Ends the call at once when it aborts, in a request or in a wait between retries, and nothing is
+   * retried after it: the call rejects with the signal's reason (a `DOMException` named `AbortError`
+   * unless the signal was given another).
+   */
+  readonly signal?: AbortSignal;
+  /**
+   * Headers of this call alone, e.g. `x-request-id` (the service echoes a sane one, to find the call
+   * in its logs) or `traceparent`. They may replace `user-agent` and `accept`. Headers that say who
+   * calls or what the call is based on are the client's own: `x-api-key`, `authorization` and
+   * `x-account-id` (given when the client is made), `if-match` and `if-none-match` (`ifMatch`,
+   * `createOnly` and the cache) and `content-type`; naming one rejects the call with a `TypeError`
+   * before anything is sent.
+   */
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
 /** A representation kept for revalidation: its strong validator and its parsed body. */
 export interface CachedAnswer {
   readonly etag: string;

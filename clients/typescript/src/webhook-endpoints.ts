@@ -1,7 +1,6 @@
-import type { CallOptions } from './client.js';
 import type { components, operations } from './openapi.js';
 import { everyItem } from './pages.js';
-import type { Transport } from './transport.js';
+import type { CallOptions, Transport } from './transport.js';
 
 type Schemas = components['schemas'];
 
