@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
 import type { CatalogRow, ResourceRow, ResourceVersionRow } from '../db/tables.js';
-import { yieldIfBusy } from '../foundation/pace.js';
 
 /**
  * The version tags of the objects a write can name (D23, D29): a Catalog and a Resource. One tag
@@ -49,12 +48,6 @@ export type CatalogTagRow = Pick<
   | 'updated_at'
   | 'archived_at'
 >;
-/** What a Catalog's tag takes of each of its Resources: whether and when it changed. */
-export type ResourceStateRow = Pick<
-  ResourceRow,
-  'slug' | 'id' | 'status' | 'current_version_id' | 'updated_at'
->;
-
 /** Fields joined unambiguously: a separator no stored text holds, and null apart from ''. */
 function fields(values: readonly (string | null)[]): string {
   return values.map((value) => (value === null ? '\u0001' : value)).join('\0');
@@ -104,16 +97,18 @@ export function resourceTag(resource: ResourceTagRow, version: VersionTagRow | u
 }
 
 /**
- * The tag of a Catalog: of its row, and of the state of each of its Resources in slug order, so that
- * a write to any of them (which a whole Catalog's write would replace) changes it too. The Catalog's
- * current version is named by its row; its pins never change.
+ * The tag of a Catalog: of its row, and of the last change to any Catalog or Resource of its namespace
+ * (`seq` of the change log, D26), so that a write to any of its Resources (which a whole Catalog's
+ * write would replace) changes it too, and yet no Resource is read to make it (a Catalog may hold
+ * 100,000, D30). The Catalog's current version is named by its row; its pins never change. A write to
+ * another Catalog of the same namespace changes it as well: a tag may change when nothing it stands for
+ * did (a read answers 200 where it could have answered 304), never stay when something did.
  *
- * @param resources every Resource of the Catalog, in slug order, in pages (a Catalog may hold 100,000)
+ * @param changeSeq what `readCatalogChangeSeq` reads for the Catalog's namespace
+ * @example
+ * catalogTag(row, 1042); // 'c' and 32 base64url characters
  */
-export async function catalogTag(
-  catalog: CatalogTagRow,
-  resources: AsyncIterable<readonly ResourceStateRow[]> | Iterable<readonly ResourceStateRow[]>,
-): Promise<string> {
+export function catalogTag(catalog: CatalogTagRow, changeSeq: number): string {
   const digest = createHash('sha256').update(`${FORM}\0c\n`);
   digest.update(
     fields([
@@ -128,14 +123,6 @@ export async function catalogTag(
       catalog.archived_at,
     ]),
   );
-  for await (const page of resources) {
-    for (const resource of page) {
-      digest.update(
-        `\n${fields([resource.slug, resource.id, resource.status, resource.current_version_id, resource.updated_at])}`,
-      );
-    }
-    // A Catalog of 100,000 Resources is 100,000 digest updates (D20).
-    await yieldIfBusy();
-  }
+  digest.update(`\n#${changeSeq}`);
   return tagOf('c', digest);
 }

@@ -1,6 +1,7 @@
 import type { Principal } from '../auth/principal.js';
+import { readCatalogChangeSeq } from '../changes/change-log.js';
 import type { ContentReader } from '../content/content-reader.js';
-import type { Db } from '../db/tables.js';
+import type { CatalogRow, Db } from '../db/tables.js';
 import { ForbiddenError, NotFoundError } from '../foundation/errors.js';
 import { readPage } from '../foundation/paging.js';
 import type { PageMeta } from '../schemas/common.js';
@@ -262,10 +263,11 @@ export class PlaybookService {
 
   /**
    * The version tag of a Catalog (object-tags.ts), read now: what an answer of the Catalog alone is
-   * validated by, so that its ETag is a valid If-Match for the Catalog's writes (D29).
+   * validated by, so that its ETag is a valid If-Match for the Catalog's writes (D29). The change it
+   * names is read after the row, so that it is at least as recent as what the row shows.
    */
-  catalogTag(catalog: CatalogTagRow): Promise<string> {
-    return catalogTag(catalog, repo.resourceStatesOf(this.db, catalog.id));
+  async catalogTag(catalog: CatalogTagRow & Pick<CatalogRow, 'account_id'>): Promise<string> {
+    return catalogTag(catalog, await readCatalogChangeSeq(this.db, namespaceOf(catalog.account_id)));
   }
 
   async listVersions(

@@ -12,7 +12,6 @@ import type {
 import type { PageWindow } from '../foundation/paging.js';
 import type { SourceScope } from '../schemas/common.js';
 import type { ResourceKind } from '../schemas/playbook.js';
-import type { ResourceStateRow } from './object-tags.js';
 import {
   catalogVisibleTo,
   currentVersionVisible,
@@ -210,31 +209,6 @@ export async function findCatalogByRef(
     .where(catalogNamed(principal, owner, slug))
     .executeTakeFirst();
   return row && catalogListRow(row);
-}
-
-/** Resources read per page for a Catalog's tag: a statement of its own, and a turn between pages. */
-const STATE_PAGE = 1000;
-
-/**
- * The state of each of a Catalog's Resources, in slug order, a page at a time: what its tag digests
- * (object-tags.ts). Read along the (catalog, slug) key, so that a Catalog of 100,000 Resources is a
- * hundred short statements, never one that holds the event loop.
- */
-export async function* resourceStatesOf(db: Db, catalogId: string): AsyncGenerator<ResourceStateRow[]> {
-  let after: string | undefined;
-  for (;;) {
-    const rows = await db
-      .selectFrom('resources')
-      .select(['slug', 'id', 'status', 'current_version_id', 'updated_at'])
-      .where('catalog_id', '=', catalogId)
-      .$if(after !== undefined, (query) => query.where('slug', '>', after as string))
-      .orderBy('slug')
-      .limit(STATE_PAGE)
-      .execute();
-    if (rows.length > 0) yield rows;
-    if (rows.length < STATE_PAGE) return;
-    after = rows[rows.length - 1]!.slug;
-  }
 }
 
 // ---------------------------------------------------------------------------------------------------

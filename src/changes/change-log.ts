@@ -124,6 +124,24 @@ export async function readNamespaceSeq(db: Db, namespace: string): Promise<numbe
   return Number(row?.seq ?? 0);
 }
 
+/**
+ * The `seq` of the last change to a Catalog or a Resource of `namespace` (0 before its first): what a
+ * Catalog's tag names of its Resources (object-tags.ts). The namespace's changes are walked from the
+ * newest along their index, so a few changes of keys or endpoints since are stepped over, and no more.
+ */
+export async function readCatalogChangeSeq(db: Db, namespace: string): Promise<number> {
+  const row = await db
+    .selectFrom('changes')
+    .select('seq')
+    .where('namespace', '=', namespace)
+    .where('target_kind', 'in', ['catalog', 'resource'])
+    .orderBy('namespace', 'desc')
+    .orderBy('seq', 'desc')
+    .limit(1)
+    .executeTakeFirst();
+  return Number(row?.seq ?? 0);
+}
+
 /** At most `limit` changes after `after`, in order. */
 export async function readChangesAfter(db: Db, after: number, limit: number): Promise<Change[]> {
   const rows = await db

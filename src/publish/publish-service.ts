@@ -22,7 +22,7 @@ import type { CatalogState, NamespaceState, ResourceState } from '../catalog-wri
 import { loadNamespaceState } from '../catalog-writes/namespace-state.js';
 import { ImportValidationError } from '../catalog-writes/refusals.js';
 import type { ImportCounts } from '../catalog-writes/report.js';
-import type { ChangeActor } from '../changes/change-log.js';
+import { type ChangeActor, readCatalogChangeSeq } from '../changes/change-log.js';
 import type { UnitOfWork, Writer, WriteScope } from '../changes/unit-of-work.js';
 import { sha256Hex, utf8Size } from '../content/hash.js';
 import type { Db } from '../db/tables.js';
@@ -140,21 +140,12 @@ class BodyResource implements ResourceInput, ResourceSource {
   }
 }
 
-/** Resources digested between turns of the event loop, for a Catalog's tag. */
-const TAG_PAGE = 1000;
-
 /**
  * The ETag of a Catalog as a writer sees it: its version tag (object-tags.ts), the same the read side
  * validates the Catalog's answers with, so that a read's ETag names it in If-Match (D29).
  */
-export async function catalogEtag(state: CatalogState): Promise<string> {
-  const slugs = [...state.resources.keys()].sort();
-  const pages = function* () {
-    for (let at = 0; at < slugs.length; at += TAG_PAGE) {
-      yield slugs.slice(at, at + TAG_PAGE).map((slug) => state.resources.get(slug)!.row);
-    }
-  };
-  return representationTag(await catalogTag(state.row, pages()));
+export function catalogEtag(state: CatalogState): string {
+  return representationTag(catalogTag(state.row, state.changeSeq));
 }
 
 /** The ETag of one Resource as a writer sees it: its version tag, as its reads validate it (D29). */
@@ -527,8 +518,8 @@ export class PublishService {
 
   /**
    * The Catalog as `db` sees it now with its pins left in storage (`pinsText` reads them: a version's
-   * pins never change), and its ETag made a page of Resources at a time: what a whole Catalog's
-   * publish answers with holds no Resource's state and no pin, whatever the Catalog's size (D30).
+   * pins never change), and its ETag, which reads no Resource: what a whole Catalog's publish answers
+   * with holds no Resource's state and no pin, whatever the Catalog's size (D30).
    */
   private async catalogSummary(
     accountId: string,
@@ -549,25 +540,8 @@ export class PublishService {
           .where('id', '=', row.current_version_id)
           .executeTakeFirst()
       : undefined;
-    // The Catalog's Resources in slug order (ASCII slugs: the database's order is the tag's), a page per
-    // statement, digested as they are read.
-    async function* pages() {
-      let after: string | undefined;
-      for (;;) {
-        const page = await db
-          .selectFrom('resources')
-          .select(['slug', 'id', 'status', 'current_version_id', 'updated_at'])
-          .where('catalog_id', '=', row!.id)
-          .$if(after !== undefined, (query) => query.where('slug', '>', after as string))
-          .orderBy('slug')
-          .limit(TAG_PAGE)
-          .execute();
-        yield page;
-        if (page.length < TAG_PAGE) return;
-        after = page[page.length - 1]!.slug;
-      }
-    }
-    const etag = representationTag(await catalogTag(row, pages()));
+    // Read after the row: the change it names is at least as recent as what the row shows.
+    const etag = representationTag(catalogTag(row, await readCatalogChangeSeq(db, accountId)));
     return {
       catalog: toCatalog(row, version),
       etag,
@@ -593,7 +567,7 @@ export class PublishService {
       : undefined;
     // The pins of a large Catalog are megabytes of JSON: stored apart, read a part at a time (D20).
     const catalog = toCatalog(state.row, version, version && (await readStoredPins(db, version.id)));
-    const etag = await catalogEtag(state);
+    const etag = catalogEtag(state);
     return { state, catalog, etag };
   }
 }
@@ -657,10 +631,9 @@ async function checkPreconditions(
   const resource =
     target.resourceSlug === undefined ? undefined : catalog?.resources.get(target.resourceSlug);
   const exists = target.resourceSlug === undefined ? catalog !== undefined : resource !== undefined;
-  // Made only when asked for: a Catalog's ETag digests every one of its Resources.
-  const current = async () =>
+  const current = () =>
     target.resourceSlug === undefined
-      ? catalog && (await catalogEtag(catalog))
+      ? catalog && catalogEtag(catalog)
       : resource && resourceEtagOf(resource);
   const what = target.resourceSlug === undefined ? 'catalog' : 'resource';
   const read = `GET ${readPathOf(target)}`;
@@ -673,7 +646,7 @@ async function checkPreconditions(
       }
     } else {
       // RFC 9110 §13.1.2: the write goes ahead only if no listed tag names what is there now.
-      const etag = await current();
+      const etag = current();
       if (etag !== undefined && noneMatchNamesState(context.ifNoneMatch, etag)) {
         throw new PreconditionFailedError(
           `If-None-Match names the current ETag of this ${what}: the write goes ahead only if it does not.`,
@@ -681,7 +654,7 @@ async function checkPreconditions(
       }
     }
   }
-  if (context.ifMatch !== undefined && !matchHolds(context.ifMatch, await current())) {
+  if (context.ifMatch !== undefined && !matchHolds(context.ifMatch, current())) {
     throw new PreconditionFailedError(
       exists
         ? `If-Match does not name the current ETag of this ${what} (a weak ETag never does): it changed since it was read. Read it again with ${read} and send the ETag of that answer.`

@@ -2,7 +2,6 @@ import { describe, expect, it } from 'vitest';
 import {
   type CatalogTagRow,
   catalogTag,
-  type ResourceStateRow,
   type ResourceTagRow,
   resourceTag,
   type VersionTagRow,
@@ -50,7 +49,7 @@ describe('version tags of Catalogs and Resources', () => {
     expect(new Set([tag, ...tags]).size).toBe(changes.length + 1);
   });
 
-  it("a Catalog's tag moves with its row and with the state of any of its Resources", async () => {
+  it("a Catalog's tag moves with its row and with the last change to its namespace's Catalogs (D30)", () => {
     const catalog: CatalogTagRow = {
       id: '01900000-0000-7000-8000-000000000010',
       slug: 'handbook',
@@ -62,20 +61,18 @@ describe('version tags of Catalogs and Resources', () => {
       updated_at: '2026-01-01T00:00:00.000Z',
       archived_at: null,
     };
-    const states: ResourceStateRow[] = [
-      { slug: 'a', id: 'ida', status: 'active', current_version_id: 'va', updated_at: 't1' },
-      { slug: 'b', id: 'idb', status: 'active', current_version_id: 'vb', updated_at: 't1' },
-    ];
-    const tag = await catalogTag(catalog, [states]);
+    const tag = catalogTag(catalog, 41);
     expect(tag).toMatch(/^c[A-Za-z0-9_-]{32}$/);
-    // Pages are a way of reading, not part of the state.
-    expect(await catalogTag(catalog, [[states[0]!], [states[1]!]])).toBe(tag);
-    const others = await Promise.all([
-      catalogTag({ ...catalog, name: 'Book' }, [states]),
-      catalogTag(catalog, [[states[0]!, { ...states[1]!, updated_at: 't2' }]]),
-      catalogTag(catalog, [[states[0]!]]),
-      catalogTag(catalog, [[states[0]!, { ...states[1]!, status: 'archived' }]]),
-    ]);
+    expect(catalogTag({ ...catalog }, 41)).toBe(tag);
+    const others = [
+      catalogTag({ ...catalog, name: 'Book' }, 41),
+      catalogTag({ ...catalog, current_version_id: '01900000-0000-7000-8000-000000000011' }, 41),
+      catalogTag({ ...catalog, updated_at: '2026-01-02T00:00:00.000Z' }, 41),
+      catalogTag(catalog, 42),
+      catalogTag(catalog, 4),
+      // A description cannot pass for the change's number.
+      catalogTag({ ...catalog, description: '1' }, 4),
+    ];
     expect(new Set([tag, ...others]).size).toBe(others.length + 1);
   });
 });
