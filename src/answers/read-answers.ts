@@ -1,8 +1,8 @@
 import type { Principal } from '../auth/principal.js';
 import { type Audience, audienceOf, callerAudience, type Seen } from '../catalog/audience.js';
 import type {
-  CatalogsPage,
   PageOf,
+  PinsInStorage,
   PlaybookService,
   PositionsMemo,
   VersionRead,
@@ -37,8 +37,8 @@ const EMPTY_PINS = '"resourcePins":[]';
 const PINS_NAME = '"resourcePins":';
 
 /**
- * The text of a page of Catalogs cut where each current version's pins go, in order: `count` places,
- * `count + 1` pieces. Facets have known keys and strings escape their quotes, so the name appears
+ * The text of Catalogs (a page, or one) cut where each current version's pins go, in order: `count`
+ * places, `count + 1` pieces. Facets have known keys and strings escape their quotes, so the name appears
  * nowhere else in the text.
  */
 function piecesAround(text: string, count: number): string[] {
@@ -46,19 +46,19 @@ function piecesAround(text: string, count: number): string[] {
   let from = 0;
   for (let i = 0; i < count; i++) {
     const at = text.indexOf(EMPTY_PINS, from);
-    if (at < 0) throw new Error('a current version of the page has no pins in its text');
+    if (at < 0) throw new Error('a current version of the answer has no pins in its text');
     pieces.push(text.slice(from, at + PINS_NAME.length));
     from = at + EMPTY_PINS.length;
   }
-  if (text.indexOf(EMPTY_PINS, from) >= 0) throw new Error('the page has pins of no current version');
+  if (text.indexOf(EMPTY_PINS, from) >= 0) throw new Error('the answer has pins of no current version');
   pieces.push(text.slice(from));
   return pieces;
 }
 
-/** A page's text with each version's stored pins in their place, as the pins are read. */
-async function* catalogsText(pieces: readonly string[], page: CatalogsPage): AsyncGenerator<string> {
-  const pinsOf = page.readPins();
-  for (const [index, versionId] of page.versionIds.entries()) {
+/** An answer's text with each version's stored pins in their place, as the pins are read. */
+async function* pinnedText(pieces: readonly string[], pins: PinsInStorage): AsyncGenerator<string> {
+  const pinsOf = pins.readPins();
+  for (const [index, versionId] of pins.versionIds.entries()) {
     yield pieces[index]!;
     yield* pinsOf(versionId);
   }
@@ -104,27 +104,32 @@ export class ReadAnswers {
       this.answers.once(key, async () => {
         const ticket = this.answers.ticket();
         const seen = await this.reads.catalogsPage(principal, query);
-        return this.keep(key, await this.catalogsAnswer(seen.value, serialize), ticket, seen.namespaces);
+        const { page: value, ...pins } = seen.value;
+        // Its validator is the text's digest: it names every current version by id, and a version's
+        // pins never change.
+        return this.keep(key, await this.pinnedAnswer(value, pins, serialize), ticket, seen.namespaces);
       })
     );
   }
 
   /**
-   * The answer of a page of Catalogs, written from the page's text with its pins left empty and each
-   * version's pins read into it where they belong. Its validator is that text's digest: it names every
-   * current version by id, and a version's pins never change. A page that fits a share of the budget is
-   * made whole and kept as any answer is; a larger one (a Catalog of 100,000 Resources pins 20 MB) is
-   * written as it is read for each request, never held whole (D30).
+   * The answer of Catalogs (a page of them, or one), written from their text with their pins left
+   * empty and each current version's pins read into it where they belong, validated by `tag` (the
+   * text's digest unless given). An answer that fits a share of the budget is made whole and kept as
+   * any answer is; a larger one (a Catalog of 100,000 Resources pins 20 MB) is written as it is read
+   * for each request, never held whole (D30), and requests that arrive together share one pass.
    */
-  private async catalogsAnswer(
-    page: CatalogsPage,
-    serialize: Serialize<PageOf<Catalog>>,
+  private async pinnedAnswer<T>(
+    value: T,
+    pins: PinsInStorage,
+    serialize: Serialize<T>,
+    given?: string,
   ): Promise<Answer | SharedStream> {
-    const text = serialize(page.page);
-    const tag = tagOf(text);
-    const pieces = piecesAround(text, page.versionIds.length);
-    const body = () => blocksOf(catalogsText(pieces, page));
-    const size = Buffer.byteLength(text) + page.pinCount * PIN_BYTES;
+    const text = serialize(value);
+    const tag = given ?? tagOf(text);
+    const pieces = piecesAround(text, pins.versionIds.length);
+    const body = () => blocksOf(pinnedText(pieces, pins));
+    const size = Buffer.byteLength(text) + pins.pinCount * PIN_BYTES;
     if (size > Math.max(this.answers.share, STREAMED_FROM_BYTES)) {
       return new SharedStream(tag, text.length * 2, body);
     }
@@ -152,14 +157,27 @@ export class ReadAnswers {
     );
   }
 
-  /** One Catalog by its human ref (D29), held as the list of its Resources is, by its owner's view. */
+  /**
+   * One Catalog by its human ref (D29), held as the list of its Resources is, by its owner's view, and
+   * written as the list is: its pins read into it as it is sent when they are many (D30). It is
+   * validated by the Catalog's version tag, which its write's If-Match takes.
+   */
   getCatalog(
     principal: Principal,
     params: CatalogParams,
     serialize: Serialize<Catalog>,
   ): ReadAnswer | Promise<ReadAnswer> {
     const key = answerKey('catalog', this.reads.catalogAudience(principal, params), params.catalogSlug);
-    return this.answers.get(key) ?? this.load(key, () => this.reads.getCatalog(principal, params), serialize);
+    return (
+      this.answers.get(key) ??
+      this.answers.once(key, async () => {
+        const ticket = this.answers.ticket();
+        const seen = await this.reads.getCatalog(principal, params);
+        const { catalog, ...pins } = seen.value;
+        const answer = await this.pinnedAnswer(catalog, pins, serialize, seen.tag);
+        return this.keep(key, answer, ticket, seen.namespaces);
+      })
+    );
   }
 
   /**

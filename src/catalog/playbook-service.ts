@@ -62,23 +62,31 @@ export interface PositionsMemo {
 const NO_MEMO: PositionsMemo = { held: () => undefined, keep: () => {} };
 
 /**
- * A page of Catalogs whose pins are read as they are needed: the page with every current version's
- * `resourcePins` empty, and the stored JSON text of those pins, a part at a time. A Catalog version
- * of 100,000 Resources pins 20 MB of text, which a whole page would hold at once.
+ * Catalogs whose pins are read as they are needed: the stored JSON text of their current versions'
+ * pins, a part at a time. A Catalog version of 100,000 Resources pins 20 MB of text, which a whole
+ * answer would hold at once.
  */
-export interface CatalogsPage {
-  /** The page as the contract shapes it, but with each `currentVersion.resourcePins` left empty. */
-  readonly page: PageOf<Catalog>;
-  /** The ids of the page's current versions, in the page's order. */
+export interface PinsInStorage {
+  /** The ids of the current versions, in the answer's order. */
   readonly versionIds: readonly string[];
   /** Pins they hold in all, as each version counts them. */
   readonly pinCount: number;
   /**
-   * A reader of the pins for one pass over the page: the JSON text of a version's pins (`[{…},…]`,
+   * A reader of the pins for one pass over the answer: the JSON text of a version's pins (`[{…},…]`,
    * exactly as the contract writes them), in parts; reading stops when the iteration does. A
-   * version's pins never change, so a pass begun long after the page was read reads the same text.
+   * version's pins never change, so a pass begun long after the Catalogs were read reads the same text.
    */
   readPins(): (versionId: string) => AsyncGenerator<string>;
+}
+
+/** A page of Catalogs with each current version's `resourcePins` left empty, and its pins in storage. */
+export interface CatalogsPage extends PinsInStorage {
+  readonly page: PageOf<Catalog>;
+}
+
+/** One Catalog with its current version's `resourcePins` left empty, and its pins in storage. */
+export interface CatalogRead extends PinsInStorage {
+  readonly catalog: Catalog;
 }
 
 /**
@@ -143,30 +151,13 @@ export class PlaybookService {
       () => repo.countCatalogs(this.db, principal, filters),
       (window) => repo.listCatalogs(this.db, principal, filters, window),
     );
-    const versionIds = rows.flatMap((row) => row.currentVersion?.id ?? []);
-    const db = this.db;
-    const readPins = () => {
-      // The first part of every version in one statement (the whole of most), the rest of a large one
-      // as it is asked for; each is let go once yielded.
-      let heads: Promise<Map<string, PinsHead>> | undefined;
-      return async function* pinsText(versionId: string): AsyncGenerator<string> {
-        heads ??= readPinsHeads(db, versionIds);
-        const held = await heads;
-        const head = held.get(versionId);
-        if (head === undefined) throw new Error(`version ${versionId} is not of this page`);
-        held.delete(versionId);
-        yield* storedPinsText(db, versionId, head);
-      };
-    };
     return {
       value: {
         page: {
           data: rows.map((row) => toCatalog(row.catalog, row.currentVersion)),
           meta,
         },
-        versionIds,
-        pinCount: rows.reduce((sum, row) => sum + Number(row.currentVersion?.resource_count ?? 0), 0),
-        readPins,
+        ...pinsInStorage(this.db, rows),
       },
       audience: this.catalogsAudience(principal, query),
       namespaces: serviceOnly(query) ? [namespaceOf(null)] : viewNamespaces(principal),
@@ -182,15 +173,15 @@ export class PlaybookService {
   }
 
   /**
-   * One Catalog by its human ref `owner/slug` (D29), as the list shows it, validated by its version
-   * tag: the ETag of its answer is a valid If-Match for the Catalog's writes.
+   * One Catalog by its human ref `owner/slug` (D29), as the list shows it, its pins left in storage
+   * until its answer is written, validated by its version tag: the ETag of its answer is a valid
+   * If-Match for the Catalog's writes.
    */
-  async getCatalog(principal: Principal, params: CatalogParams): Promise<Seen<Catalog>> {
+  async getCatalog(principal: Principal, params: CatalogParams): Promise<Seen<CatalogRead>> {
     const row = await repo.findCatalogByRef(this.db, principal, params.owner, params.catalogSlug);
     if (!row) throw new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`);
-    const pins = row.currentVersion && (await readStoredPins(this.db, row.currentVersion.id));
     return {
-      value: toCatalog(row.catalog, row.currentVersion, pins),
+      value: { catalog: toCatalog(row.catalog, row.currentVersion), ...pinsInStorage(this.db, [row]) },
       audience: this.catalogAudience(principal, params),
       namespaces: [namespaceOf(row.catalog.account_id)],
       tag: await this.catalogTag(row.catalog),
@@ -321,6 +312,30 @@ export class PlaybookService {
       throw new ForbiddenError('this resource needs a plan the account does not have', 'plan_required');
     }
   }
+}
+
+/**
+ * The pins of Catalogs' current versions, left in storage: the first part of every version is read in
+ * one statement (the whole of most), the rest of a large one as it is asked for; each is let go once
+ * yielded.
+ */
+function pinsInStorage(db: Db, rows: readonly repo.CatalogListRow[]): PinsInStorage {
+  const versionIds = rows.flatMap((row) => row.currentVersion?.id ?? []);
+  return {
+    versionIds,
+    pinCount: rows.reduce((sum, row) => sum + Number(row.currentVersion?.resource_count ?? 0), 0),
+    readPins: () => {
+      let heads: Promise<Map<string, PinsHead>> | undefined;
+      return async function* pinsText(versionId: string): AsyncGenerator<string> {
+        heads ??= readPinsHeads(db, versionIds);
+        const held = await heads;
+        const head = held.get(versionId);
+        if (head === undefined) throw new Error(`version ${versionId} is not of this answer`);
+        held.delete(versionId);
+        yield* storedPinsText(db, versionId, head);
+      };
+    },
+  };
 }
 
 /** Whether a list of Catalogs asks for the service's alone. */
