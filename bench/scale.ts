@@ -442,7 +442,10 @@ async function measureStack(
       // The same Catalog read alone by its ref: written as it is read, as the list is, and
       // revalidated from its version tag.
       const one = `${service.base}/v3/playbook/catalogs/svc/big`;
+      const beforeFirstOne = currentRssMb(service.child.pid!);
+      const firstOneSampler = rssSampler(service.child.pid!);
       const firstOne = await request(one, { headers, keep: false });
+      const firstOneGrowth = firstOneSampler.stop() - beforeFirstOne;
       if (firstOne.status !== 200) throw new Error(`svc/big answered ${firstOne.status}`);
       const revalidations: number[] = [];
       for (let i = 0; i < 5; i++) {
@@ -467,10 +470,12 @@ async function measureStack(
       const oneGrowth = onePeak - beforeOne;
       results.check(
         'svc/big read by its ref',
-        `${(firstOne.bytes / 1e6).toFixed(1)} MB, first read ${firstOne.ms.toFixed(0)} ms, 304 ${median(revalidations).toFixed(1)} ms; ` +
+        `${(firstOne.bytes / 1e6).toFixed(1)} MB, first read ${firstOne.ms.toFixed(0)} ms (RSS +${firstOneGrowth.toFixed(0)} MB), ` +
+          `304 ${median(revalidations).toFixed(1)} ms; ` +
           `10 at once (5 br) ${Math.max(...oneTogether.map((t) => t.ms)).toFixed(0)} ms, RSS +${oneGrowth.toFixed(0)} MB (peak ${onePeak.toFixed(0)} MB)`,
-        `RSS growth ≤ ${GOALS.listGrowthMb} MB; ratio ${(oneGrowth / GOALS.listGrowthMb).toFixed(2)}`,
-        oneGrowth <= GOALS.listGrowthMb && oneTogether.every((t) => t.status === 200),
+        `RSS growth ≤ ${GOALS.listGrowthMb} MB; ratio ${(Math.max(firstOneGrowth, oneGrowth) / GOALS.listGrowthMb).toFixed(2)}`,
+        Math.max(firstOneGrowth, oneGrowth) <= GOALS.listGrowthMb &&
+          oneTogether.every((t) => t.status === 200),
       );
       await stop(service.child);
     }
