@@ -1,6 +1,6 @@
 import { PlaybookError } from './errors.js';
 import type { components, operations } from './openapi.js';
-import { sleep, type Transport } from './transport.js';
+import { type CallOptions, sleep, type Transport } from './transport.js';
 
 type Schemas = components['schemas'];
 
@@ -15,11 +15,8 @@ export type SyncItem = SyncCatalogItem | SyncResourceItem | SyncRemovedItem;
 export type SyncPage = Schemas['SyncPage'];
 export type SyncQuery = NonNullable<operations['syncPlaybook']['parameters']['query']>;
 
-/** Options of a sync call: a signal to end it, and headers of its own (see `CallOptions`). */
-export interface SyncCallOptions {
-  readonly signal?: AbortSignal;
-  readonly headers?: Readonly<Record<string, string>>;
-}
+/** Options of a sync call: those of every call, a signal to end it and headers of its own. */
+export type SyncCallOptions = CallOptions;
 
 export interface SyncIterateOptions extends SyncCallOptions {
   /** Where an earlier sync ended (its `nextSyncToken`): what changed since. Without it, an initial sync. */
