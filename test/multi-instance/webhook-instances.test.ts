@@ -58,47 +58,57 @@ function attemptLines(logs: readonly string[], endpointId: string): { event: str
     .filter((line) => line.webhookEndpoint === endpointId);
 }
 
-describe('two instances deliver each event once (D28)', () => {
-  let backend: TestBackend;
-  let identity: TestIdentity;
-  let receiver: Receiver;
-  const children: ChildProcess[] = [];
-
+/**
+ * A describe block's parts: one database, an identity on it, a receiver, and the instances its tests
+ * start (killed after the block). Read them inside tests: they are set in `beforeAll`.
+ */
+function instancesOverOneDatabase() {
+  const parts = {
+    backend: undefined as unknown as TestBackend,
+    identity: undefined as unknown as TestIdentity,
+    receiver: undefined as unknown as Receiver,
+    children: [] as ChildProcess[],
+  };
   beforeAll(async () => {
-    backend = await createTestBackend();
-    identity = createTestIdentity(backend);
-    receiver = await Receiver.start();
+    parts.backend = await createTestBackend();
+    parts.identity = createTestIdentity(parts.backend);
+    parts.receiver = await Receiver.start();
   });
   afterAll(async () => {
-    for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
-    await identity?.close();
-    await receiver?.close();
-    await backend?.cleanup();
+    for (const child of parts.children) if (child.exitCode === null) child.kill('SIGKILL');
+    await parts.identity?.close();
+    await parts.receiver?.close();
+    await parts.backend?.cleanup();
   });
+  return parts;
+}
+
+describe('two instances deliver each event once (D28)', () => {
+  const on = instancesOverOneDatabase();
 
   it('40 writes through two instances (two processes): every event received exactly once, no duplicate (no lease lapsed)', async () => {
     // The receiver takes a little time, so that both instances have deliveries in flight at once.
-    receiver.behaviour = () => ({ status: 200, delayMs: 20 });
+    on.receiver.behaviour = () => ({ status: 200, delayMs: 20 });
     const [portA, portB] = [await freePort(), await freePort()];
     const logsA: string[] = [];
     const logsB: string[] = [];
-    await serve(backend, portA, children, logsA);
-    await serve(backend, portB, children, logsB);
+    await serve(on.backend, portA, on.children, logsA);
+    await serve(on.backend, portB, on.children, logsB);
     const bases = [`http://127.0.0.1:${portA}`, `http://127.0.0.1:${portB}`];
-    const token = await identity.tokenHeaders({ user: 'ada', accounts: ['acme'] });
+    const token = await on.identity.tokenHeaders({ user: 'ada', accounts: ['acme'] });
     const json = { ...token, 'content-type': 'application/json' };
     const created = await fetch(`${bases[0]}${BASE}`, {
       method: 'POST',
       headers: json,
       body: JSON.stringify({
         accountId: 'acme',
-        url: receiver.url('/once'),
+        url: on.receiver.url('/once'),
         events: ['resource.created', 'resource.version_published'],
       }),
     });
     expect(created.status).toBe(201);
     const endpoint = (await created.json()) as { id: string };
-    const key = await identity.mintKey({ accountId: 'acme', scopes: ['playbook:read', 'playbook:write'] });
+    const key = await on.identity.mintKey({ accountId: 'acme', scopes: ['playbook:read', 'playbook:write'] });
     const writer = { 'x-api-key': key.key, 'content-type': 'application/json' };
     const first = await fetch(`${bases[0]}/v3/playbook/catalogs/org/shared`, {
       method: 'PUT',
@@ -118,12 +128,12 @@ describe('two instances deliver each event once (D28)', () => {
     }
     await waitFor(
       '41 events received',
-      () => new Set(receiver.at('/once').map((r) => r.id)).size === 41,
+      () => new Set(on.receiver.at('/once').map((r) => r.id)).size === 41,
       30_000,
     );
     // Whatever is still in flight finishes; nothing more may arrive.
     await waitFor('nothing pending', async () => {
-      const pending = await backend.databases.primary
+      const pending = await on.backend.databases.primary
         .selectFrom('webhook_deliveries')
         .select('id')
         .where('status', '=', 'pending')
@@ -131,7 +141,7 @@ describe('two instances deliver each event once (D28)', () => {
       return pending.length === 0;
     });
     await sleep(500);
-    const received = receiver.at('/once');
+    const received = on.receiver.at('/once');
     const duplicates = received.length - new Set(received.map((r) => r.id)).size;
     expect(duplicates).toBe(0);
     expect(received).toHaveLength(41);
@@ -148,36 +158,21 @@ describe('two instances deliver each event once (D28)', () => {
 });
 
 describe('an instance killed mid-delivery (D28)', () => {
-  let backend: TestBackend;
-  let identity: TestIdentity;
-  let receiver: Receiver;
-  const children: ChildProcess[] = [];
-
-  beforeAll(async () => {
-    backend = await createTestBackend();
-    identity = createTestIdentity(backend);
-    receiver = await Receiver.start();
-  });
-  afterAll(async () => {
-    for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
-    await identity?.close();
-    await receiver?.close();
-    await backend?.cleanup();
-  });
+  const on = instancesOverOneDatabase();
 
   it('SIGKILL while the endpoint holds the request: after a restart the delivery is made, with the same webhook-id', async () => {
     // The first request of each event is held, never answered: the instance dies while it waits.
-    receiver.behaviour = (_request, attempt) => (attempt === 1 ? { hold: true } : { status: 200 });
+    on.receiver.behaviour = (_request, attempt) => (attempt === 1 ? { hold: true } : { status: 200 });
     const port = await freePort();
     const base = `http://127.0.0.1:${port}`;
-    const first = await serve(backend, port, children);
-    const token = await identity.tokenHeaders({ user: 'ada', accounts: ['acme'] });
+    const first = await serve(on.backend, port, on.children);
+    const token = await on.identity.tokenHeaders({ user: 'ada', accounts: ['acme'] });
     const created = await fetch(`${base}${BASE}`, {
       method: 'POST',
       headers: { ...token, 'content-type': 'application/json' },
       body: JSON.stringify({
         accountId: 'acme',
-        url: receiver.url('/killed'),
+        url: on.receiver.url('/killed'),
         events: ['webhook_endpoint.updated'],
       }),
     });
@@ -189,14 +184,14 @@ describe('an instance killed mid-delivery (D28)', () => {
       body: JSON.stringify({ description: 'the change delivered while its instance dies' }),
     });
     expect(patched.status).toBe(200);
-    await waitFor('the held request', () => receiver.at('/killed').length === 1);
+    await waitFor('the held request', () => on.receiver.at('/killed').length === 1);
     first.kill('SIGKILL');
     await new Promise((resolve) => first.once('exit', resolve));
     const killedAt = Date.now();
 
-    await serve(backend, port, children);
-    await waitFor('the delivery after the restart', () => receiver.at('/killed').length === 2, 20_000);
-    const [held, made] = receiver.at('/killed');
+    await serve(on.backend, port, on.children);
+    await waitFor('the delivery after the restart', () => on.receiver.at('/killed').length === 2, 20_000);
+    const [held, made] = on.receiver.at('/killed');
     expect(made!.id).toBe(held!.id);
     expect(made!.body).toBe(held!.body);
     // Not before the killed instance's lease lapsed (twice the 1 s timeout and a second).
@@ -210,6 +205,6 @@ describe('an instance killed mid-delivery (D28)', () => {
     expect(list.data[0]).toMatchObject({ outcome: 'succeeded', statusCode: 200 });
     await sleep(500);
     // Exactly one duplicate, the held request, and nothing more.
-    expect(receiver.at('/killed')).toHaveLength(2);
+    expect(on.receiver.at('/killed')).toHaveLength(2);
   }, 90_000);
 });
