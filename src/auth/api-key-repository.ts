@@ -1,4 +1,4 @@
-import { PreparedQuery } from '../db/prepared-query.js';
+import { everyColumnOf, PreparedQuery } from '../db/prepared-query.js';
 import type { ApiKeyRow, Db, NewApiKey } from '../db/tables.js';
 import type { PageWindow } from '../foundation/paging.js';
 
@@ -18,6 +18,21 @@ export async function findApiKey(db: Db, keyId: string): Promise<ApiKeyRow | und
   return db.selectFrom('api_keys').selectAll().where('id', '=', keyId).executeTakeFirst();
 }
 
+const KEY_COLUMNS = everyColumnOf<ApiKeyRow>()([
+  'id',
+  'account_id',
+  'name',
+  'scopes',
+  'environment',
+  'secret_hash',
+  'created_by',
+  'created_at',
+  'expires_at',
+  'revoked_at',
+  'last_used_at',
+  'replaced_by',
+]);
+
 /**
  * A key with its account's plan, built once: each key in use is read again every second (D8), so a
  * thousand keys in use are a thousand of these reads a second (D30).
@@ -26,7 +41,7 @@ const KEY_WITH_PLAN = new PreparedQuery(['keyId'], (db, slot, _shape: 'one') =>
   db
     .selectFrom('api_keys')
     .innerJoin('accounts', 'accounts.id', 'api_keys.account_id')
-    .selectAll('api_keys')
+    .select(KEY_COLUMNS.map((column) => `api_keys.${column}` as const))
     .select('accounts.plan')
     .where('api_keys.id', '=', slot.keyId),
 );

@@ -1,6 +1,6 @@
 import { type Expression, type ExpressionBuilder, type SqlBool, sql } from 'kysely';
 import type { Principal } from '../auth/principal.js';
-import { PreparedQuery } from '../db/prepared-query.js';
+import { everyColumnOf, PreparedQuery } from '../db/prepared-query.js';
 import type {
   CatalogRow,
   CatalogVersionRow,
@@ -231,7 +231,7 @@ export type VersionSummaryRow = Pick<ResourceVersionRow, (typeof VERSION_SUMMARY
 const VERSION_DETAIL_COLUMNS = [...VERSION_SUMMARY_COLUMNS, 'manifest'] as const;
 export type VersionDetailRow = Pick<ResourceVersionRow, (typeof VERSION_DETAIL_COLUMNS)[number]>;
 
-export const RESOURCE_COLUMNS = [
+export const RESOURCE_COLUMNS = everyColumnOf<ResourceRow>()([
   'id',
   'catalog_id',
   'slug',
@@ -245,7 +245,7 @@ export const RESOURCE_COLUMNS = [
   'created_at',
   'updated_at',
   'archived_at',
-] as const satisfies readonly (keyof ResourceRow)[];
+]);
 
 /** A Resource, whose Catalog it is in, and its current version when that is visible. */
 export interface ResourceListRow {
@@ -401,7 +401,7 @@ function resourceDetailQuery(
     .leftJoin('content_blobs as cb', (on) =>
       on.onRef('cb.content_hash', '=', 'v.content_hash').on('v.storage_backend', '=', 'database-text'),
     )
-    .selectAll('resources')
+    .select(RESOURCE_COLUMNS.map((column) => `resources.${column}` as const))
     .select(['catalogs.account_id as catalog_account_id', 'catalogs.slug as catalog_slug'])
     .select(prefixed('v', VERSION_DETAIL_COLUMNS))
     .select('cb.body as stored_content')

@@ -14,6 +14,7 @@ import type { Pool } from 'pg';
 import type { DatabaseConfig } from '../foundation/config.js';
 import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../foundation/private-files.js';
 import { type Observation, unobserved } from '../observability/observation.js';
+import { namingStatements } from './named-statements.js';
 import { translatingPool } from './postgres-errors.js';
 import { SqliteCheckpointer } from './sqlite-checkpointer.js';
 import type { Database, Db, Dialect } from './tables.js';
@@ -139,9 +140,14 @@ function openPostgres(
   role: 'primary' | 'reader',
   limits: PostgresLimits,
   observation: Observation,
+  preparedStatements: boolean,
 ): Db {
+  const pool = async () => {
+    const translating = await postgresPool(url, role, limits, observation);
+    return preparedStatements ? namingStatements(translating) : translating;
+  };
   return new Kysely<Database>({
-    dialect: new PostgresDialect({ pool: () => postgresPool(url, role, limits, observation) }),
+    dialect: new PostgresDialect({ pool }),
     log: timed(role, observation),
   });
 }
@@ -222,8 +228,11 @@ export function createDatabases(
       },
     };
   }
-  const primary = openPostgres(config.url, 'primary', limits, observation);
-  const reader = config.readUrl ? openPostgres(config.readUrl, 'reader', limits, observation) : primary;
+  const prepared = config.preparedStatements ?? true;
+  const primary = openPostgres(config.url, 'primary', limits, observation, prepared);
+  const reader = config.readUrl
+    ? openPostgres(config.readUrl, 'reader', limits, observation, prepared)
+    : primary;
   return {
     primary,
     reader,

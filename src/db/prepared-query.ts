@@ -1,4 +1,5 @@
 import type { Compilable, CompiledQuery } from 'kysely';
+import { nameStatement } from './named-statements.js';
 import type { Db } from './tables.js';
 
 /**
@@ -9,6 +10,25 @@ export type Slots<K extends string> = { readonly [P in K]: string };
 
 /** Starts the text a slot stands for while its query is built: no constant of a query starts so. */
 const MARKER = '\u0000slot:';
+
+/** `*` or `"table".*` in a select list (not `count(*)`). */
+const SELECTS_EVERY_COLUMN = /(?:^|[\s,])(?:"[^"]+"\.)?\*(?=[\s,]|$)/;
+
+/**
+ * `columns`, when they are every column of `Row`; otherwise a type error that names those missing.
+ * For the select lists of prepared queries, which cannot read `*`.
+ *
+ * @example
+ * const KEY_COLUMNS = everyColumnOf<ApiKeyRow>()(['id', 'account_id', …]);
+ */
+export function everyColumnOf<Row>() {
+  return <const C extends readonly (keyof Row & string)[]>(
+    columns: C &
+      ([Exclude<keyof Row, C[number]>] extends [never]
+        ? unknown
+        : { missing: Exclude<keyof Row, C[number]> }),
+  ): C => columns;
+}
 
 interface Template {
   readonly compiled: CompiledQuery;
@@ -65,6 +85,12 @@ export class PreparedQuery<K extends string, S extends string, R> {
         slots.push([index, value.slice(MARKER.length)]);
     });
     if (compiled.sql.includes(MARKER)) throw new Error('a prepared query has a value outside its parameters');
+    // A statement PostgreSQL keeps prepared fails once a table it reads `*` of gains a column (a
+    // migration while instances serve): "cached plan must not change result type".
+    if (SELECTS_EVERY_COLUMN.test(compiled.sql))
+      throw new Error('a prepared query names the columns it reads');
+    // PostgreSQL keeps its plan too (SQLite's statements are kept by the driver, create-db.ts).
+    nameStatement(compiled.sql);
     const template = { compiled, slots };
     shapes.set(shape, template);
     return template;

@@ -24,6 +24,9 @@ const EnvSchema = Type.Object({
   PLAYBOOK_DATABASE_READ_URL: Type.Optional(
     Type.String({ pattern: '^(postgres|postgresql)://', description: 'postgres://…' }),
   ),
+  PLAYBOOK_DATABASE_PREPARED_STATEMENTS: Type.Union([Type.Literal('true'), Type.Literal('false')], {
+    default: 'true',
+  }),
   PLAYBOOK_CONTENT_STORE: Type.Optional(Type.String({ minLength: 1 })),
   PLAYBOOK_S3_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://' })),
   PLAYBOOK_ENVIRONMENT: Type.Union([Type.Literal('test'), Type.Literal('live')], { default: 'test' }),
@@ -96,7 +99,16 @@ type Env = Static<typeof EnvSchema>;
 
 export type DatabaseConfig =
   | { readonly kind: 'sqlite'; readonly path: string }
-  | { readonly kind: 'postgres'; readonly url: string; readonly readUrl?: string };
+  | {
+      readonly kind: 'postgres';
+      readonly url: string;
+      readonly readUrl?: string;
+      /**
+       * Whether the reads built once are kept prepared on each connection, by name (D30): off behind a
+       * pooler that cannot carry them (PgBouncer before 1.21, or without `max_prepared_statements`).
+       */
+      readonly preparedStatements?: boolean;
+    };
 
 export type ContentStoreConfig =
   | { readonly kind: 'directory'; readonly path: string }
@@ -218,9 +230,10 @@ function parseDatabase(env: Env, dataDir: string): DatabaseConfig {
       throw new ConfigError('PLAYBOOK_DATABASE_URL=sqlite: needs a file path, e.g. sqlite:./data/db');
     return { kind: 'sqlite', path: file === ':memory:' ? file : path.resolve(file) };
   }
+  const preparedStatements = env.PLAYBOOK_DATABASE_PREPARED_STATEMENTS !== 'false';
   return env.PLAYBOOK_DATABASE_READ_URL === undefined
-    ? { kind: 'postgres', url }
-    : { kind: 'postgres', url, readUrl: env.PLAYBOOK_DATABASE_READ_URL };
+    ? { kind: 'postgres', url, preparedStatements }
+    : { kind: 'postgres', url, readUrl: env.PLAYBOOK_DATABASE_READ_URL, preparedStatements };
 }
 
 function parseContentStore(env: Env, dataDir: string): ContentStoreConfig {

@@ -89,4 +89,26 @@ describe('prepared queries', () => {
       'outside its parameters',
     );
   });
+
+  it('refuses a query that reads every column (`*`), which a column added by a migration would break on PostgreSQL', async () => {
+    const everything = new PreparedQuery(['plan'], (db, slot, _shape: 'one') =>
+      db.selectFrom('accounts').selectAll().where('plan', '=', slot.plan),
+    );
+    const everythingOfOne = new PreparedQuery(['plan'], (db, slot, _shape: 'one') =>
+      db.selectFrom('accounts').selectAll('accounts').where('plan', '=', slot.plan),
+    );
+    for (const query of [everything, everythingOfOne])
+      await expect(query.run(backend.databases.reader, 'one', { plan: 'pro' })).rejects.toThrow(
+        'names the columns it reads',
+      );
+    // A count is not a list of columns.
+    const counted = new PreparedQuery(['plan'], (db, slot, _shape: 'one') =>
+      db
+        .selectFrom('accounts')
+        .select((eb) => eb.fn.countAll<number>().as('n'))
+        .where('plan', '=', slot.plan),
+    );
+    const [row] = await counted.run(backend.databases.reader, 'one', { plan: 'pro' });
+    expect(Number(row!.n)).toBe(2);
+  });
 });

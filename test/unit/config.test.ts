@@ -31,6 +31,7 @@ describe('configuration (D13)', () => {
       PLAYBOOK_DATA_DIR: '/srv/playbook',
       PLAYBOOK_DATABASE_URL: 'postgres://app@db/playbook',
       PLAYBOOK_DATABASE_READ_URL: 'postgres://app@replica/playbook',
+      PLAYBOOK_DATABASE_PREPARED_STATEMENTS: 'false',
       PLAYBOOK_CONTENT_STORE: 's3://content-bucket/playbook/v3/',
       PLAYBOOK_S3_ENDPOINT: 'http://127.0.0.1:9000',
       PLAYBOOK_ENVIRONMENT: 'live',
@@ -60,6 +61,7 @@ describe('configuration (D13)', () => {
       kind: 'postgres',
       url: 'postgres://app@db/playbook',
       readUrl: 'postgres://app@replica/playbook',
+      preparedStatements: false,
     });
     expect(config.contentStore).toEqual({
       kind: 's3',
@@ -102,6 +104,14 @@ describe('configuration (D13)', () => {
     expect(loadConfig({ PLAYBOOK_TRUST_PROXY: value }).trustProxy).toEqual(expected);
   });
 
+  it('keeps the reads built once prepared on PostgreSQL unless told not to (D30)', () => {
+    expect(loadConfig({ PLAYBOOK_DATABASE_URL: 'postgres://app@db/playbook' }).database).toEqual({
+      kind: 'postgres',
+      url: 'postgres://app@db/playbook',
+      preparedStatements: true,
+    });
+  });
+
   it('takes sqlite: URLs and a content directory', () => {
     expect(loadConfig({ PLAYBOOK_DATABASE_URL: 'sqlite:./x/db.sqlite' }).database).toEqual({
       kind: 'sqlite',
@@ -137,6 +147,7 @@ describe('configuration (D13)', () => {
     ['PLAYBOOK_DATABASE_URL', 'mysql://db/playbook'],
     ['PLAYBOOK_DATABASE_URL', 'sqlite:'],
     ['PLAYBOOK_DATABASE_READ_URL', 'sqlite:./replica'],
+    ['PLAYBOOK_DATABASE_PREPARED_STATEMENTS', 'no'],
     ['PLAYBOOK_CONTENT_STORE', 's3://'],
     ['PLAYBOOK_CONTENT_STORE', 's3://Upper_Case'],
     ['PLAYBOOK_CONTENT_STORE', 'ftp://host/dir'],
