@@ -104,7 +104,7 @@ export function createStorage(
     ...(redis ? { changes: redis.dataChanges } : {}),
     ...(options.changePollMs === undefined ? {} : { pollMs: options.changePollMs }),
   });
-  const writes = new UnitOfWork(databases.primary, {
+  const writes = new UnitOfWork(databases.writer, {
     logger,
     metrics,
     announce: () => follower.announce(),

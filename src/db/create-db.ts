@@ -24,6 +24,14 @@ export interface Databases {
   readonly primary: Db;
   /** Reads that tolerate replica lag; the primary when no replica is configured. */
   readonly reader: Db;
+  /**
+   * The unit of work's transactions. On PostgreSQL, connections of their own to the primary: a write
+   * transaction holds its connection from its first statement to its commit, mostly waiting for this
+   * process's event loop between statements, and on the primary's pool it held one of the connections
+   * that reads queue for, and queued behind them for each of its checkouts. On SQLite, the primary
+   * (its one writer connection, which reads never use).
+   */
+  readonly writer: Db;
   readonly dialect: Dialect;
   close(): Promise<void>;
 }
@@ -132,12 +140,22 @@ export const DEFAULT_POSTGRES_LIMITS: PostgresLimits = {
 };
 
 /**
+ * Connections of the writer's pool (`Databases.writer`). Writes take turns in their unit of work, so
+ * one carries them; the second serves another unit of work of the same process, which would otherwise
+ * wait for the first's commit rather than for the writers' turn (a lock it waits for a bounded time).
+ */
+export const WRITER_POOL_SIZE = 2;
+
+/** Which pool of a PostgreSQL deployment: the primary's, the replica's, or the writes' (on the primary). */
+type PostgresRole = 'primary' | 'reader' | 'writer';
+
+/**
  * A PostgreSQL database whose pool opens on the first query: `pg` is loaded only by deployments that
  * use it (the embedded default never does).
  */
 function openPostgres(
   url: string,
-  role: 'primary' | 'reader',
+  role: PostgresRole,
   limits: PostgresLimits,
   observation: Observation,
   preparedStatements: boolean,
@@ -148,20 +166,21 @@ function openPostgres(
   };
   return new Kysely<Database>({
     dialect: new PostgresDialect({ pool }),
-    log: timed(role, observation),
+    // The writer's statements are the primary's, timed and reported as its.
+    log: timed(role === 'reader' ? 'reader' : 'primary', observation),
   });
 }
 
 async function postgresPool(
   url: string,
-  role: 'primary' | 'reader',
+  role: PostgresRole,
   limits: PostgresLimits,
   observation: Observation,
 ): Promise<Pool> {
   const { default: pg } = await import('pg');
   const pool = new pg.Pool({
     connectionString: url,
-    max: limits.poolSize,
+    max: role === 'writer' ? Math.min(WRITER_POOL_SIZE, limits.poolSize) : limits.poolSize,
     connectionTimeoutMillis: limits.connectTimeoutMs,
     idleTimeoutMillis: 30_000,
     statement_timeout: limits.statementTimeoutMs,
@@ -170,7 +189,7 @@ async function postgresPool(
     idle_in_transaction_session_timeout: 60_000,
     keepAlive: true,
     // Names the pool in pg_stat_activity, so that operators tell writers from readers.
-    application_name: role === 'primary' ? 'playbook' : 'playbook-reader',
+    application_name: role === 'primary' ? 'playbook' : `playbook-${role}`,
   });
   // An idle client that loses its connection must not crash the process; the pool replaces it.
   pool.on('error', () => {});
@@ -182,13 +201,14 @@ async function postgresPool(
   });
   observation.metrics.observePool(role, pool);
   // A connection that cannot be opened is a failed use of the database too, timed as one (D31).
-  const failure = { database: role, outcome: 'error' } as const;
+  const database = role === 'reader' ? 'reader' : 'primary';
+  const failure = { database, outcome: 'error' } as const;
   // The primary and a replica are parts of the database's health: it is up while both answer, and one
   // that does not keeps it down rather than making it flip with each use of either.
   const health = observation.health?.database;
   const report = health && {
-    succeeded: () => health.succeeded(role),
-    failed: (error: unknown) => health.failed(error, role),
+    succeeded: () => health.succeeded(database),
+    failed: (error: unknown) => health.failed(error, database),
   };
   return translatingPool(pool, report, (milliseconds) =>
     observation.metrics.databaseDuration.observe(failure, milliseconds / 1000),
@@ -220,6 +240,7 @@ export function createDatabases(
     return {
       primary,
       reader,
+      writer: primary,
       dialect: 'sqlite',
       close: async () => {
         await checkpointer?.stop();
@@ -233,11 +254,14 @@ export function createDatabases(
   const reader = config.readUrl
     ? openPostgres(config.readUrl, 'reader', limits, observation, prepared)
     : primary;
+  const writer = openPostgres(config.url, 'writer', limits, observation, prepared);
   return {
     primary,
     reader,
+    writer,
     dialect: 'postgres',
     close: async () => {
+      await writer.destroy();
       await primary.destroy();
       if (reader !== primary) await reader.destroy();
     },

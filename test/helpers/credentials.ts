@@ -92,7 +92,7 @@ export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetu
   const audit = new AuditLog(db);
   // As the service composes it (storage.ts): a commit is announced to every read side of the process.
   const metrics = setup.metrics ?? new Metrics();
-  const writes = new UnitOfWork(db, {
+  const writes = new UnitOfWork(backend.databases.writer, {
     metrics,
     announce: followNow,
     ...(setup.beforeCommit ? { beforeCommit: setup.beforeCommit } : {}),
