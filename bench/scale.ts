@@ -521,7 +521,11 @@ async function measureStack(
     // 4. Mixed load of one account while it publishes once a second.
     const own = catalogs.filter((catalog) => catalog.accountId === accounts[0]);
     const mixed = runs('mixed') || runs('tenancy') ? await serve(env) : undefined;
-    if (mixed) running.push(mixed.child);
+    if (mixed) {
+      running.push(mixed.child);
+      // What the peaks below grow from: the instance before its first request.
+      console.log(`  idle RSS: ${currentRssMb(mixed.child.pid!).toFixed(0)} MB before the loads (no goal)`);
+    }
     if (mixed && runs('mixed')) {
       const svcCatalogs = catalogs.filter((catalog) => catalog.accountId === null);
       const ownIds = own.flatMap((catalog) =>
