@@ -136,7 +136,7 @@ class NewResource implements PlannedResource, ReportLine {
 
 /** A Catalog version to publish: its pins' JSON text is made when it is written. */
 export type PlannedCatalogVersion = Omit<CatalogVersionRow, 'pins'> & {
-  readonly pins: () => Promise<string>;
+  readonly pins: () => AsyncIterable<string>;
 };
 
 /**
@@ -425,7 +425,7 @@ class Planner {
       catalog_id: catalogId,
       version: catalog.version,
       // The pins' text is made when it is written (100,000 pins are tens of megabytes of it).
-      pins: () => pins.json(),
+      pins: () => pins.jsonSlices(),
       manifest_hash: manifestHash,
       resource_count: pins.count,
       published_at: this.now,

@@ -96,10 +96,11 @@ export async function writePlan(
   for (const rows of chunk(plan.facetRows, rowsPerInsert(3))) {
     await trx.insertInto('catalog_facet_values').values(rows).execute();
   }
-  // One at a time: a version that pins 100,000 Resources is tens of megabytes of JSON.
+  // One at a time, its pins written as they are made: a version that pins 100,000 Resources is tens of
+  // megabytes of JSON.
   for (const { pins, ...version } of plan.catalogVersions) {
     await trx.insertInto('catalog_versions').values(version).execute();
-    await writeStoredPins(trx, version.id, await pins());
+    await writeStoredPins(trx, version.id, pins());
   }
 
   if (plan.newVersions.length >= CUSTOM_PLANS_FROM && trx.getExecutor().adapter instanceof PostgresAdapter) {

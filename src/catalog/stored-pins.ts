@@ -18,19 +18,45 @@ export const PINS_PART_CHARS = 64 * 1024;
 /** Parts read or written per statement (after a version's first, when read): about a mebibyte of text. */
 const PARTS_PER_STATEMENT = 16;
 
-/** Stores the pins of the version `versionId` (whose row is written already), through `db`. */
-export async function writeStoredPins(db: Db, versionId: string, text: string): Promise<void> {
-  const parts = textParts(text, PINS_PART_CHARS);
-  for (let from = 0; from < parts.length; from += PARTS_PER_STATEMENT) {
-    await db
-      .insertInto('catalog_version_pins')
-      .values(
-        parts
-          .slice(from, from + PARTS_PER_STATEMENT)
-          .map((json, index) => ({ version_id: versionId, part: from + index, json })),
-      )
-      .execute();
+/**
+ * Stores the pins of the version `versionId` (whose row is written already), through `db`: `text` whole,
+ * or as the slices it is made in (a version of 100,000 pins is 20 MB of text, never held whole then).
+ * The parts are the same either way.
+ */
+export async function writeStoredPins(
+  db: Db,
+  versionId: string,
+  text: string | AsyncIterable<string>,
+): Promise<void> {
+  let part = 0;
+  let batch: string[] = [];
+  const flush = async () => {
+    if (batch.length === 0) return;
+    const values = batch.map((json, index) => ({ version_id: versionId, part: part + index, json }));
+    part += batch.length;
+    batch = [];
+    await db.insertInto('catalog_version_pins').values(values).execute();
+  };
+  const put = async (json: string) => {
+    batch.push(json);
+    if (batch.length === PARTS_PER_STATEMENT) await flush();
+  };
+  if (typeof text === 'string') {
+    for (const json of textParts(text, PINS_PART_CHARS)) await put(json);
+    return flush();
   }
+  // Cut as `textParts` cuts the whole: a part is cut only once more text is known to follow it.
+  let pending = '';
+  for await (const slice of text) {
+    pending += slice;
+    while (pending.length > PINS_PART_CHARS) {
+      const [json] = textParts(pending, PINS_PART_CHARS);
+      await put(json!);
+      pending = pending.slice(json!.length);
+    }
+  }
+  await put(pending);
+  await flush();
 }
 
 /** The first part of a version's pins, and how many parts it has. */

@@ -362,7 +362,7 @@ export class PublishService {
             created_at: at,
           })
           .execute();
-        await writeStoredPins(trx, id, await pins.json());
+        await writeStoredPins(trx, id, pins.jsonSlices());
         await trx
           .updateTable('catalogs')
           .set({ current_version_id: id, updated_at: at })

@@ -1,6 +1,11 @@
 import { v7 as uuidv7 } from 'uuid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PINS_PART_CHARS, readPinsText, readStoredPins } from '../../src/catalog/stored-pins.js';
+import {
+  PINS_PART_CHARS,
+  readPinsText,
+  readStoredPins,
+  writeStoredPins,
+} from '../../src/catalog/stored-pins.js';
 import type { ResourcePin } from '../../src/schemas/playbook.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { givenCatalog, givenStoredPins } from '../helpers/fixtures.js';
@@ -49,6 +54,51 @@ describe('stored pins, read in parts', () => {
     expect(parts.map((row) => row.json).join('')).toBe(JSON.stringify(pins));
     expect(await readStoredPins(backend.databases.primary, versionId)).toEqual(pins);
     expect(await readPinsText(backend.databases.primary, versionId)).toBe(JSON.stringify(pins));
+  });
+
+  it('pins written from the slices they are made in are stored in the same parts as their whole text', async () => {
+    const db = backend.databases.primary;
+    const pins = Array.from({ length: 12_000 }, (_, i) => pin(i));
+    const text = JSON.stringify(pins);
+    const catalog = await givenCatalog(db, { slug: 'pins-sliced' });
+    const partsOf = async (versionId: string) =>
+      (
+        await db
+          .selectFrom('catalog_version_pins')
+          .select(['part', 'json'])
+          .where('version_id', '=', versionId)
+          .orderBy('part')
+          .execute()
+      ).map((row) => [row.part, row.json]);
+    const versionOf = async (label: string, write: (id: string) => Promise<void>) => {
+      const id = uuidv7();
+      await db
+        .insertInto('catalog_versions')
+        .values({
+          id,
+          catalog_id: catalog.id,
+          version: label,
+          manifest_hash: 'h'.repeat(64),
+          resource_count: pins.length,
+          published_at: new Date().toISOString(),
+          created_at: new Date().toISOString(),
+        })
+        .execute();
+      await write(id);
+      return id;
+    };
+    const whole = await versionOf('whole', (id) => writeStoredPins(db, id, text));
+    // Slices of uneven lengths, one ending between the halves of an astral character.
+    const cut = text.indexOf('😀') + 1;
+    async function* slices() {
+      yield text.slice(0, cut);
+      for (let at = cut; at < text.length; at += 7_777) yield text.slice(at, at + 7_777);
+    }
+    const sliced = await versionOf('sliced', (id) => writeStoredPins(db, id, slices()));
+    const wholeParts = await partsOf(whole);
+    expect(wholeParts.length).toBeGreaterThan(16);
+    expect(await partsOf(sliced)).toEqual(wholeParts);
+    expect(await readPinsText(db, sliced)).toBe(text);
   });
 
   it('no pins, and one', async () => {

@@ -42,4 +42,17 @@ describe('CatalogPins', () => {
     expect(await pins.json()).toBe(JSON.stringify([...pins]));
     expect(await new CatalogPins('svc', 'empty', []).json()).toBe('[]');
   });
+
+  it('makes the text of 2,500 pins a thousand at a time, which joins to the text of their array', async () => {
+    const pins = new CatalogPins(
+      'org',
+      'large',
+      Array.from({ length: 2_500 }, (_, i) => source(`r-${i}`)),
+    );
+    const slices: string[] = [];
+    for await (const slice of pins.jsonSlices()) slices.push(slice);
+    // '[', three slices of pins (1,000, 1,000, 500), ']'.
+    expect(slices).toHaveLength(5);
+    expect(slices.join('')).toBe(JSON.stringify([...pins]));
+  });
 });
