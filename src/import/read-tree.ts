@@ -14,6 +14,7 @@ import {
 import { ImportValidationError } from '../catalog-writes/refusals.js';
 import { sha256Hex, utf8Size } from '../content/hash.js';
 import { mapWithLimit, progressCounter } from '../db/batches.js';
+import { Interned } from '../foundation/interned.js';
 import { byText } from '../foundation/text-order.js';
 import type { LifecycleStatus } from '../schemas/common.js';
 import { MAX_CATALOG_RESOURCES, type ResourceKind, type StorageBackend } from '../schemas/playbook.js';
@@ -260,22 +261,6 @@ function entryOf(folder: CatalogFolder, slug: string): ResourceEntry {
     absolute: path.join(folder.dir, 'resources', `${slug}.json`),
     display: `${folder.name}/resources/${slug}.json`,
   };
-}
-
-/**
- * One text per distinct value for the fields that repeat across a tree (version labels, media
- * types, facets): JSON.parse makes a new string for every file, and a tree of 100,000 resources holds
- * them all until it is written.
- */
-class Interned {
-  private readonly values = new Map<string, string>();
-
-  of(value: string): string {
-    const held = this.values.get(value);
-    if (held !== undefined) return held;
-    this.values.set(value, value);
-    return value;
-  }
 }
 
 /**
