@@ -34,6 +34,7 @@ import {
   NotFoundError,
   PreconditionFailedError,
 } from '../foundation/errors.js';
+import { Interned } from '../foundation/interned.js';
 import { yieldIfBusy } from '../foundation/pace.js';
 import { byText } from '../foundation/text-order.js';
 import { holdsAtMost } from '../foundation/value-size.js';
@@ -49,6 +50,7 @@ import type {
   PutCatalogBody,
   PutResourceBody,
 } from '../schemas/publish.js';
+import { BodySpool, type SpoolPlace } from './body-spool.js';
 
 /** Who writes, and the preconditions their request carries (D23). */
 export interface WriteContext {
@@ -96,7 +98,14 @@ function wellFormed(text: string): boolean {
   return (text as string & { isWellFormed(): boolean }).isWellFormed();
 }
 
-/** A Resource of a request body, as the planner takes it: content held in memory, digests made once. */
+/** Bytes of a SHA-256 digest. */
+const DIGEST_BYTES = 32;
+
+/**
+ * A Resource of a request body, as the planner takes it: its fields, and its digests, manifest and
+ * content kept as bytes in the body's spool (a Catalog's body holds 100,000 of these, D30). The
+ * body's object itself, its manifest as an object among them, is let go once this is made.
+ */
 class BodyResource implements ResourceInput, ResourceSource {
   readonly kind: ResourceInput['kind'];
   readonly title: string;
@@ -105,30 +114,55 @@ class BodyResource implements ResourceInput, ResourceSource {
   readonly status: ResourceInput['status'];
   readonly description: string | undefined;
   readonly facetsJson: string | undefined;
-  readonly manifestDigest: string;
   readonly storageBackend: ResourceInput['storageBackend'];
-  readonly contentHash: string;
   readonly contentSizeBytes: number;
-  private readonly body: ResourceBody;
+  /** The content's and the manifest's digests, the manifest's JSON text and the content, in that order. */
+  private readonly spooled: SpoolPlace;
+  private readonly manifestBytes: number;
 
   constructor(
     readonly slug: string,
-    /** `resources[3]` in a whole Catalog's body, '' in a one-Resource body. */
-    readonly origin: string,
+    /** Its index in a whole Catalog's body, -1 in a one-Resource body (`origin` says it in text). */
+    private readonly index: number,
     spec: PutResourceBody,
+    /** Shared by the Resources of one body: the texts they repeat are held once. */
+    interned = new Interned(),
+    spool = new BodySpool(0),
   ) {
-    this.kind = spec.kind;
+    this.kind = interned.of(spec.kind) as ResourceInput['kind'];
     this.title = spec.title;
-    this.version = spec.version;
-    this.mediaType = spec.mediaType;
-    this.status = spec.status ?? 'active';
+    this.version = interned.of(spec.version);
+    this.mediaType = interned.of(spec.mediaType);
+    this.status =
+      spec.status === undefined ? 'active' : (interned.of(spec.status) as ResourceInput['status']);
     this.description = spec.description;
-    this.facetsJson = spec.facets === undefined ? undefined : JSON.stringify(spec.facets);
-    this.body = { manifest: JSON.stringify(spec.manifest ?? {}), content: spec.content };
-    this.manifestDigest = manifestDigestOf(this.body.manifest);
+    this.facetsJson = spec.facets === undefined ? undefined : interned.of(JSON.stringify(spec.facets));
+    const manifest = JSON.stringify(spec.manifest ?? {});
+    this.manifestBytes = utf8Size(manifest);
     this.contentSizeBytes = utf8Size(spec.content);
-    this.contentHash = sha256Hex(spec.content);
-    this.storageBackend = spec.storageBackend ?? defaultStorageBackend(this.contentSizeBytes);
+    const digests = [sha256Hex(spec.content), manifestDigestOf(manifest)].map((hex) =>
+      Buffer.from(hex, 'hex'),
+    );
+    this.spooled = spool.put(digests, [manifest, spec.content]);
+    this.storageBackend =
+      spec.storageBackend === undefined
+        ? defaultStorageBackend(this.contentSizeBytes)
+        : (interned.of(spec.storageBackend) as ResourceInput['storageBackend']);
+  }
+
+  /** `resources[3]` in a whole Catalog's body, '' in a one-Resource body. */
+  get origin(): string {
+    return this.index < 0 ? '' : `resources[${this.index}]`;
+  }
+
+  get contentHash(): string {
+    const { chunk, at } = this.spooled;
+    return chunk.toString('hex', at, at + DIGEST_BYTES);
+  }
+
+  get manifestDigest(): string {
+    const { chunk, at } = this.spooled;
+    return chunk.toString('hex', at + DIGEST_BYTES, at + 2 * DIGEST_BYTES);
   }
 
   get source(): ResourceSource {
@@ -136,7 +170,13 @@ class BodyResource implements ResourceInput, ResourceSource {
   }
 
   async read(): Promise<ResourceBody> {
-    return this.body;
+    const { chunk, at } = this.spooled;
+    const manifestAt = at + 2 * DIGEST_BYTES;
+    const contentAt = manifestAt + this.manifestBytes;
+    return {
+      manifest: chunk.toString('utf8', manifestAt, contentAt),
+      content: chunk.toString('utf8', contentAt, contentAt + this.contentSizeBytes),
+    };
   }
 }
 
@@ -179,8 +219,14 @@ export class PublishService {
     const accountId = writerAccount(context.principal);
     const problems: InputProblem[] = [];
     const seen = new Map<string, number>();
+    const interned = new Interned();
+    const spool = new BodySpool();
     const resources: BodyResource[] = [];
-    for (const [index, spec] of body.resources.entries()) {
+    // The body's Resources are taken one by one and let go: what is kept of each is its BodyResource.
+    const specs: (PublishedResource | undefined)[] = body.resources;
+    for (let index = 0; index < specs.length; index++) {
+      const spec = specs[index]!;
+      specs[index] = undefined;
       const at = `resources[${index}]`;
       const first = seen.get(spec.slug);
       if (first !== undefined) {
@@ -189,7 +235,7 @@ export class PublishService {
       seen.set(spec.slug, index);
       this.checkContent(spec, at, problems);
       if (problems.length > MAX_LISTED_PROBLEMS) throw new InputError(problems, true);
-      resources.push(new BodyResource(spec.slug, at, spec));
+      resources.push(new BodyResource(spec.slug, index, spec, interned, spool));
       // Digests of 100,000 contents and manifests are seconds of work (D20).
       await yieldIfBusy();
     }
@@ -256,7 +302,7 @@ export class PublishService {
       name: current.row.name,
       version: '',
       status: current.row.status,
-      resources: [new BodyResource(resourceSlug, '', body)],
+      resources: [new BodyResource(resourceSlug, -1, body)],
       resourcesOnly: true,
     };
     let existed = false;
