@@ -599,14 +599,32 @@ function versionChanges(current: ResourceVersionRow, resource: ResourceInput): s
   ];
 }
 
+/**
+ * What a Resource's pin will be, read from the Resource when the pin is made: a Catalog of 100,000
+ * holds these until its version is written, and a copy of each digest and label would double them.
+ */
+class PlannedPin implements PinSource {
+  constructor(
+    readonly resourceId: string,
+    private readonly resource: ResourceInput,
+    readonly versionId: string,
+  ) {}
+
+  get slug(): string {
+    return this.resource.slug;
+  }
+
+  get version(): string {
+    return this.resource.version;
+  }
+
+  get contentHash(): string {
+    return this.resource.contentHash;
+  }
+}
+
 function pinSource(resourceId: string, resource: ResourceInput, versionId: string): PinSource {
-  return {
-    resourceId,
-    slug: resource.slug,
-    versionId,
-    version: resource.version,
-    contentHash: resource.contentHash,
-  };
+  return new PlannedPin(resourceId, resource, versionId);
 }
 
 function facetsJson(facets: Facets | undefined): string | null {
