@@ -8,6 +8,7 @@
  * and on PostgreSQL (a throwaway cluster, as the test suite starts it); BENCH_PUBLISH_STACKS
  * (`sqlite,postgres`) says which.
  */
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -110,6 +111,8 @@ async function benchPublishOn(stack: string, inherited: NodeJS.ProcessEnv): Prom
     ...inherited,
     PLAYBOOK_DATA_DIR: dataDir,
     PLAYBOOK_RATE_LIMIT_MAX: '1000000000',
+    // A deployment on PostgreSQL has no data directory to keep a generated key in: it must be given one.
+    PLAYBOOK_DEPLOYMENT_KEY: randomBytes(32).toString('base64'),
   };
   let postgres: PostgresServer | undefined;
   if (stack === 'postgres') {
