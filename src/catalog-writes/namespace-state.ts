@@ -1,5 +1,6 @@
+import { type CatalogTagger, readCatalogTagger } from '../catalog/object-tags.js';
 import { readStoredPins } from '../catalog/stored-pins.js';
-import { readCatalogChangeSeq, SERVICE_NAMESPACE } from '../changes/change-log.js';
+import { SERVICE_NAMESPACE } from '../changes/change-log.js';
 import { chunk, MAX_IN_LIST } from '../db/batches.js';
 import type { CatalogRow, Db, ResourceRow, ResourceVersionRow } from '../db/tables.js';
 import { yieldIfBusy } from '../foundation/pace.js';
@@ -33,17 +34,14 @@ export interface CatalogState {
   readonly currentVersion?: CurrentCatalogVersion;
   readonly labels: ReadonlySet<string>;
   readonly resources: ReadonlyMap<string, ResourceState>;
-  /**
-   * The last change to a Catalog or Resource of its namespace, read after the rest: what its version
-   * tag names of its Resources (object-tags.ts).
-   */
-  readonly changeSeq: number;
 }
 
 /** The stored side of an import: the owner's Catalogs named in the tree, by slug, with everything below. */
 export interface NamespaceState {
   readonly accountExists: boolean;
   readonly catalogs: ReadonlyMap<string, CatalogState>;
+  /** The version tag of each of its Catalogs as this state holds them (object-tags.ts), read after them. */
+  readonly catalogTag: CatalogTagger;
 }
 
 /**
@@ -98,7 +96,7 @@ export async function loadNamespaceState(
 
   const resourcesByCatalog = new Map<string, Map<string, ResourceState>>();
   for (const catalogId of catalogIds) resourcesByCatalog.set(catalogId, await resourceStates(db, catalogId));
-  const changeSeq = await readCatalogChangeSeq(db, accountId ?? SERVICE_NAMESPACE);
+  const catalogTag = await readCatalogTagger(db, accountId ?? SERVICE_NAMESPACE);
   const catalogs = new Map<string, CatalogState>();
   for (const row of catalogRows) {
     const version =
@@ -117,10 +115,9 @@ export async function loadNamespaceState(
         : {}),
       labels: catalogLabelsById.get(row.id) ?? new Set(),
       resources: resourcesByCatalog.get(row.id) ?? new Map(),
-      changeSeq,
     });
   }
-  return { accountExists, catalogs };
+  return { accountExists, catalogs, catalogTag };
 }
 
 /**

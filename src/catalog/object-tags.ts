@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { CatalogRow, ResourceRow, ResourceVersionRow } from '../db/tables.js';
+import { readCatalogChangeSeq } from '../changes/change-log.js';
+import type { CatalogRow, Db, ResourceRow, ResourceVersionRow } from '../db/tables.js';
 
 /**
  * The version tags of the objects a write can name (D23, D29): a Catalog and a Resource. One tag
@@ -104,7 +105,7 @@ export function resourceTag(resource: ResourceTagRow, version: VersionTagRow | u
  * another Catalog of the same namespace changes it as well: a tag may change when nothing it stands for
  * did (a read answers 200 where it could have answered 304), never stay when something did.
  *
- * @param changeSeq what `readCatalogChangeSeq` reads for the Catalog's namespace
+ * @param changeSeq what `readCatalogChangeSeq` reads for the Catalog's namespace (`readCatalogTagger`)
  * @example
  * catalogTag(row, 1042); // 'c' and 32 base64url characters
  */
@@ -125,4 +126,22 @@ export function catalogTag(catalog: CatalogTagRow, changeSeq: number): string {
   );
   digest.update(`\n#${changeSeq}`);
   return tagOf('c', digest);
+}
+
+/** Tags Catalogs of one namespace, as of the read that made it (`readCatalogTagger`). */
+export type CatalogTagger = (catalog: CatalogTagRow) => string;
+
+/**
+ * What tags the Catalogs of `namespace` whose rows `db` has read: the last change it names is read
+ * now, after those rows (through the same transaction, where they were read in one), so that it is at
+ * least as recent as what each row shows. A tag that named a change older than its row could stay
+ * while a Resource changed. Catalogs read together share the one read: the change is the namespace's.
+ *
+ * @example
+ * const row = await findCatalog(db, …);
+ * const tag = (await readCatalogTagger(db, namespaceOf(row.account_id)))(row);
+ */
+export async function readCatalogTagger(db: Db, namespace: string): Promise<CatalogTagger> {
+  const changeSeq = await readCatalogChangeSeq(db, namespace);
+  return (catalog) => catalogTag(catalog, changeSeq);
 }

@@ -1,5 +1,4 @@
 import type { Principal } from '../auth/principal.js';
-import { readCatalogChangeSeq } from '../changes/change-log.js';
 import type { ContentReader } from '../content/content-reader.js';
 import type { CatalogRow, Db } from '../db/tables.js';
 import { ForbiddenError, NotFoundError } from '../foundation/errors.js';
@@ -34,7 +33,7 @@ import {
   toVersionDetail,
   toVersionSummary,
 } from './mappers.js';
-import { type CatalogTagRow, catalogTag, resourceTag } from './object-tags.js';
+import { type CatalogTagRow, readCatalogTagger, resourceTag } from './object-tags.js';
 import * as repo from './read-repository.js';
 import { type PinsHead, readPinsHeads, readStoredPins, storedPinsText } from './stored-pins.js';
 import { planAllows } from './visibility.js';
@@ -254,11 +253,10 @@ export class PlaybookService {
 
   /**
    * The version tag of a Catalog (object-tags.ts), read now: what an answer of the Catalog alone is
-   * validated by, so that its ETag is a valid If-Match for the Catalog's writes (D29). The change it
-   * names is read after the row, so that it is at least as recent as what the row shows.
+   * validated by, so that its ETag is a valid If-Match for the Catalog's writes (D29).
    */
   async catalogTag(catalog: CatalogTagRow & Pick<CatalogRow, 'account_id'>): Promise<string> {
-    return catalogTag(catalog, await readCatalogChangeSeq(this.db, namespaceOf(catalog.account_id)));
+    return (await readCatalogTagger(this.db, namespaceOf(catalog.account_id)))(catalog);
   }
 
   async listVersions(

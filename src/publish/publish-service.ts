@@ -1,7 +1,7 @@
 import { v7 } from 'uuid';
 import type { Principal } from '../auth/principal.js';
 import { toCatalog } from '../catalog/mappers.js';
-import { catalogTag, resourceTag } from '../catalog/object-tags.js';
+import { readCatalogTagger, resourceTag } from '../catalog/object-tags.js';
 import { readStoredPins, storedPinsText, writeStoredPins } from '../catalog/stored-pins.js';
 import {
   type ApplyOptions,
@@ -22,7 +22,7 @@ import type { CatalogState, NamespaceState, ResourceState } from '../catalog-wri
 import { loadNamespaceState } from '../catalog-writes/namespace-state.js';
 import { ImportValidationError } from '../catalog-writes/refusals.js';
 import type { ImportCounts } from '../catalog-writes/report.js';
-import { type ChangeActor, readCatalogChangeSeq } from '../changes/change-log.js';
+import type { ChangeActor } from '../changes/change-log.js';
 import type { UnitOfWork, Writer, WriteScope } from '../changes/unit-of-work.js';
 import { sha256Hex, utf8Size } from '../content/hash.js';
 import type { Db } from '../db/tables.js';
@@ -184,8 +184,8 @@ class BodyResource implements ResourceInput, ResourceSource {
  * The ETag of a Catalog as a writer sees it: its version tag (object-tags.ts), the same the read side
  * validates the Catalog's answers with, so that a read's ETag names it in If-Match (D29).
  */
-export function catalogEtag(state: CatalogState): string {
-  return representationTag(catalogTag(state.row, state.changeSeq));
+export function catalogEtag(namespace: NamespaceState, catalog: CatalogState): string {
+  return representationTag(namespace.catalogTag(catalog.row));
 }
 
 /** The ETag of one Resource as a writer sees it: its version tag, as its reads validate it (D29). */
@@ -261,7 +261,7 @@ export class PublishService {
       'publish-catalog',
       (state) => {
         existed = state.catalogs.has(slug);
-        return checkPreconditions(context, { catalogSlug: slug }, state.catalogs.get(slug));
+        return checkPreconditions(context, { catalogSlug: slug }, state);
       },
       async (db) => {
         stored = await this.catalogSummary(accountId, slug, db);
@@ -295,7 +295,7 @@ export class PublishService {
     const problems: InputProblem[] = [];
     this.checkContent(body, '', problems);
     if (problems.length > 0) throw new InputError(problems);
-    const current = await this.catalogState(accountId, catalogSlug);
+    const { catalog: current } = await this.catalogState(accountId, catalogSlug);
     const catalog: CatalogInput = {
       slug: catalogSlug,
       origin: '',
@@ -315,7 +315,7 @@ export class PublishService {
       'publish-resource',
       (state) => {
         existed = state.catalogs.get(catalogSlug)?.resources.has(resourceSlug) === true;
-        return checkPreconditions(context, { catalogSlug, resourceSlug }, state.catalogs.get(catalogSlug));
+        return checkPreconditions(context, { catalogSlug, resourceSlug }, state);
       },
       async (db) => {
         stored = await this.storedCatalog(accountId, catalogSlug, db);
@@ -360,8 +360,8 @@ export class PublishService {
       async (write) => {
         const { db: trx } = write;
         const at = write.context.at;
-        const state = await this.catalogState(accountId, catalogSlug, trx);
-        await checkPreconditions(context, { catalogSlug }, state);
+        const { namespace, catalog: state } = await this.catalogState(accountId, catalogSlug, trx);
+        await checkPreconditions(context, { catalogSlug }, namespace);
         const sources: PinSource[] = [];
         // CatalogPins puts the pins in slug order itself.
         for (const [slug, resource] of state.resources) {
@@ -460,13 +460,13 @@ export class PublishService {
     return this.deps.writes.run('archive', writerOf(context), async (write: WriteScope) => {
       const { db: trx } = write;
       const at = write.context.at;
-      const state = await this.catalogState(accountId, catalogSlug, trx);
+      const { namespace, catalog: state } = await this.catalogState(accountId, catalogSlug, trx);
       const resource = resourceSlug === undefined ? undefined : state.resources.get(resourceSlug);
       if (resourceSlug !== undefined && !resource) throw new NotFoundError('no such resource');
       await checkPreconditions(
         context,
         resourceSlug === undefined ? { catalogSlug } : { catalogSlug, resourceSlug },
-        state,
+        namespace,
       );
       const table = resource ? 'resources' : 'catalogs';
       const row = resource ? resource.row : state.row;
@@ -556,10 +556,12 @@ export class PublishService {
     }
   }
 
-  private async catalogState(accountId: string, slug: string, db: Db = this.deps.db): Promise<CatalogState> {
-    const state = (await loadNamespaceState(db, { kind: 'account', accountId }, [slug])).catalogs.get(slug);
-    if (!state) throw new NotFoundError('no such catalog');
-    return state;
+  /** The account's Catalog `slug`, which must exist, with the state of the namespace that tags it. */
+  private async catalogState(accountId: string, slug: string, db: Db = this.deps.db): Promise<OneCatalog> {
+    const namespace = await loadNamespaceState(db, { kind: 'account', accountId }, [slug]);
+    const catalog = namespace.catalogs.get(slug);
+    if (!catalog) throw new NotFoundError('no such catalog');
+    return { namespace, catalog };
   }
 
   /**
@@ -586,11 +588,10 @@ export class PublishService {
           .where('id', '=', row.current_version_id)
           .executeTakeFirst()
       : undefined;
-    // Read after the row: the change it names is at least as recent as what the row shows.
-    const etag = representationTag(catalogTag(row, await readCatalogChangeSeq(db, accountId)));
+    const tagOf = await readCatalogTagger(db, accountId);
     return {
       catalog: toCatalog(row, version),
-      etag,
+      etag: representationTag(tagOf(row)),
     };
   }
 
@@ -603,7 +604,7 @@ export class PublishService {
     slug: string,
     db: Db = this.deps.db,
   ): Promise<StoredCatalog> {
-    const state = await this.catalogState(accountId, slug, db);
+    const { namespace, catalog: state } = await this.catalogState(accountId, slug, db);
     const version = state.row.current_version_id
       ? await db
           .selectFrom('catalog_versions')
@@ -613,9 +614,15 @@ export class PublishService {
       : undefined;
     // The pins of a large Catalog are megabytes of JSON: stored apart, read a part at a time (D20).
     const catalog = toCatalog(state.row, version, version && (await readStoredPins(db, version.id)));
-    const etag = catalogEtag(state);
+    const etag = catalogEtag(namespace, state);
     return { state, catalog, etag };
   }
+}
+
+/** One Catalog's state, and the state of its namespace, which tags it. */
+interface OneCatalog {
+  readonly namespace: NamespaceState;
+  readonly catalog: CatalogState;
 }
 
 /** A Catalog as stored, its pins left in storage, and its ETag. */
@@ -671,15 +678,16 @@ function readPathOf(target: WriteTarget): string {
 async function checkPreconditions(
   context: WriteContext,
   target: WriteTarget,
-  catalog: CatalogState | undefined,
+  namespace: NamespaceState,
 ): Promise<void> {
   if (context.ifNoneMatch === undefined && context.ifMatch === undefined) return;
+  const catalog = namespace.catalogs.get(target.catalogSlug);
   const resource =
     target.resourceSlug === undefined ? undefined : catalog?.resources.get(target.resourceSlug);
   const exists = target.resourceSlug === undefined ? catalog !== undefined : resource !== undefined;
   const current = () =>
     target.resourceSlug === undefined
-      ? catalog && catalogEtag(catalog)
+      ? catalog && catalogEtag(namespace, catalog)
       : resource && resourceEtagOf(resource);
   const what = target.resourceSlug === undefined ? 'catalog' : 'resource';
   const read = `GET ${readPathOf(target)}`;
