@@ -160,10 +160,7 @@ function openPostgres(
   observation: Observation,
   preparedStatements: boolean,
 ): Db {
-  const pool = async () => {
-    const translating = await postgresPool(url, role, limits, observation);
-    return preparedStatements ? namingStatements(translating) : translating;
-  };
+  const pool = () => postgresPool(url, role, limits, observation, preparedStatements);
   return new Kysely<Database>({
     dialect: new PostgresDialect({ pool }),
     // The writer's statements are the primary's, timed and reported as its.
@@ -176,6 +173,7 @@ async function postgresPool(
   role: PostgresRole,
   limits: PostgresLimits,
   observation: Observation,
+  preparedStatements: boolean,
 ): Promise<Pool> {
   const { default: pg } = await import('pg');
   const pool = new pg.Pool({
@@ -210,8 +208,11 @@ async function postgresPool(
     succeeded: () => health.succeeded(database),
     failed: (error: unknown) => health.failed(error, database),
   };
-  return translatingPool(pool, report, (milliseconds) =>
-    observation.metrics.databaseDuration.observe(failure, milliseconds / 1000),
+  return translatingPool(
+    pool,
+    report,
+    (milliseconds) => observation.metrics.databaseDuration.observe(failure, milliseconds / 1000),
+    preparedStatements ? namingStatements : undefined,
   );
 }
 

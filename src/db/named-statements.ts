@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Pool, PoolClient } from 'pg';
+import type { QueryWrap } from './client-queries.js';
 
 /**
  * Statements PostgreSQL keeps prepared on each connection, by name (D30). The SQL texts are those of
@@ -24,28 +24,13 @@ export function statementName(sql: string): string | undefined {
 }
 
 /**
- * `pool`, whose clients send the named statements by name: the first use on a connection prepares
- * it, and later uses only bind and execute it. Cursors and configured queries pass through unchanged.
+ * Sends the named statements by name: the first use on a connection prepares it, and later uses only
+ * bind and execute it. Cursors and configured queries pass through unchanged.
  */
-export function namingStatements(pool: Pool): Pool {
-  const connect = async (): Promise<PoolClient> => {
-    const client = await pool.connect();
-    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
-    return new Proxy(client, {
-      get(target, property, receiver) {
-        if (property !== 'query') return Reflect.get(target, property, receiver);
-        return (...args: unknown[]) => {
-          const [text, values] = args;
-          const name = typeof text === 'string' ? statementName(text) : undefined;
-          return name === undefined ? query(...args) : query({ name, text, values });
-        };
-      },
-    });
+export const namingStatements: QueryWrap =
+  (query) =>
+  (...args) => {
+    const [text, values] = args;
+    const name = typeof text === 'string' ? statementName(text) : undefined;
+    return name === undefined ? query(...args) : query({ name, text, values });
   };
-  return new Proxy(pool, {
-    get(target, property, receiver) {
-      if (property === 'connect') return connect;
-      return Reflect.get(target, property, receiver);
-    },
-  });
-}

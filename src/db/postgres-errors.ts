@@ -1,6 +1,7 @@
 import type { Pool, PoolClient } from 'pg';
 import { UnavailableError } from '../foundation/errors.js';
 import { type HealthReport, UNWATCHED } from '../observability/dependency-health.js';
+import { type QueryWrap, unwrapped, wrappingQueries } from './client-queries.js';
 
 /**
  * SQLSTATE classes that mean the database is out of reach or overloaded rather than that the
@@ -56,11 +57,14 @@ export function translatePostgresError(error: unknown): unknown {
  * every failure translated where it happens, so that the HTTP edge maps domain errors only. Each
  * outcome tells the database's health whether it answered (D31); a connection that could not be
  * opened is reported to `onConnectFailure` (its time counts in the metrics: no statement ran).
+ *
+ * @param inner what each query passes through first, within the same wrapping (naming statements)
  */
 export function translatingPool(
   pool: Pool,
   health: HealthReport = UNWATCHED,
   onConnectFailure: (milliseconds: number) => void = () => {},
+  inner: QueryWrap = unwrapped,
 ): Pool {
   const failed = (error: unknown): unknown => {
     const translated = translatePostgresError(error);
@@ -81,28 +85,20 @@ export function translatingPool(
         throw failed(error);
       },
     );
-  const connect = async (): Promise<PoolClient> => {
+  const connect = (): Promise<PoolClient> => {
     const started = performance.now();
-    const client = await pool.connect().catch((error: unknown) => {
+    return pool.connect().catch((error: unknown) => {
       onConnectFailure(performance.now() - started);
       throw failed(error);
     });
-    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
-    return new Proxy(client, {
-      get(target, property, receiver) {
-        if (property !== 'query') return Reflect.get(target, property, receiver);
-        return (...args: unknown[]) => {
-          const result = query(...args);
-          // A cursor (streamed rows) is returned as it is; a promise of rows is translated.
-          return result instanceof Promise ? translate(result) : result;
-        };
-      },
-    });
   };
-  return new Proxy(pool, {
-    get(target, property, receiver) {
-      if (property === 'connect') return connect;
-      return Reflect.get(target, property, receiver);
-    },
-  });
+  const translating: QueryWrap = (own) => {
+    const query = inner(own);
+    return (...args) => {
+      const result = query(...args);
+      // A cursor (streamed rows) is returned as it is; a promise of rows is translated.
+      return result instanceof Promise ? translate(result) : result;
+    };
+  };
+  return wrappingQueries(pool, translating, connect);
 }
