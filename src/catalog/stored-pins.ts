@@ -1,6 +1,6 @@
 import type { Db } from '../db/tables.js';
 import { parseJsonParts } from '../foundation/sliced-json.js';
-import { textParts } from '../foundation/text-parts.js';
+import { partEnd, textParts } from '../foundation/text-parts.js';
 import type { ResourcePin } from '../schemas/playbook.js';
 
 /**
@@ -50,9 +50,9 @@ export async function writeStoredPins(
   for await (const slice of text) {
     pending += slice;
     while (pending.length > PINS_PART_CHARS) {
-      const [json] = textParts(pending, PINS_PART_CHARS);
-      await put(json!);
-      pending = pending.slice(json!.length);
+      const end = partEnd(pending, 0, PINS_PART_CHARS);
+      await put(pending.slice(0, end));
+      pending = pending.slice(end);
     }
   }
   await put(pending);
