@@ -106,7 +106,11 @@ export class Answer {
   }
 
   static json(text: string, tag?: string): Answer {
-    return new Answer(Buffer.from(text), tag);
+    // Written into memory of its own size at once: `Buffer.from` would make a small body a slice of
+    // the shared slab, for `owned` to copy.
+    const body = Buffer.allocUnsafeSlow(Buffer.byteLength(text));
+    body.write(text);
+    return new Answer(body, tag);
   }
 
   /** Bytes held: the body and the compressed forms made so far. */

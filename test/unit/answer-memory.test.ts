@@ -32,6 +32,16 @@ describe('an answer kept in memory (D30)', () => {
     expect(answer.bytes).toBe(held(answer.body) + held(br) + held(gzip));
   });
 
+  it("a small JSON text's body is its UTF-8 bytes, in memory of exactly their size", () => {
+    // Characters of two, three and four bytes: the body is sized by bytes, not by characters.
+    for (const text of ['{"t":"Hand 😀 book 🧭, café, €"}', '{}', '']) {
+      const { body } = Answer.json(text);
+      expect(body.equals(Buffer.from(text))).toBe(true);
+      expect(body.buffer.byteLength).toBe(body.length);
+      expect(body.byteOffset).toBe(0);
+    }
+  });
+
   it('a body handed over as a slice of a larger buffer is kept without the rest of it', () => {
     const large = Buffer.alloc(64 * 1024, 'x');
     const answer = new Answer(large.subarray(0, 1000));
