@@ -9,7 +9,7 @@ import type { CatalogInputs } from './catalog-input.js';
 import { type ImportOwner, loadNamespaceState, type NamespaceState } from './namespace-state.js';
 import { type ImportPlan, planImport, planIsEmpty } from './plan.js';
 import { ImportValidationError, refusalLine } from './refusals.js';
-import { type ImportReport, summarize } from './report.js';
+import { type ImportReport, type ReportLines, summarize } from './report.js';
 import { storeObjects, writePlan } from './write-plan.js';
 
 export interface CatalogWriteDeps {
@@ -187,24 +187,32 @@ async function removeUnnamed(deps: CatalogWriteDeps, created: ReadonlySet<string
   }
 }
 
-/** The report of a plan; the lines of 100,000 Resources are made a slice at a time (D20). */
+/** The report of a plan: its lines are made from the plan as they are read (D20, D30). */
 async function reportOf(plan: ImportPlan, dryRun: boolean): Promise<ImportReport> {
   const objects = new Set<string>();
-  const lines: string[] = [];
   for (const version of plan.newVersions) {
     if (version.storageBackend === 'object-storage') objects.add(version.contentHash);
-    await yieldIfBusy();
-  }
-  for (const line of plan.lines) {
-    lines.push(typeof line === 'string' ? line : line.line());
     await yieldIfBusy();
   }
   const counts = { ...plan.counts, objectsStored: objects.size };
   return {
     dryRun,
     changed: !planIsEmpty(plan),
-    lines,
+    lines: new PlannedLines(plan.lines),
     counts,
     summary: summarize(counts, dryRun),
   };
+}
+
+/** A plan's report lines, each made when it is read. */
+class PlannedLines implements ReportLines {
+  constructor(private readonly planned: ImportPlan['lines']) {}
+
+  get length(): number {
+    return this.planned.length;
+  }
+
+  *[Symbol.iterator](): Iterator<string> {
+    for (const line of this.planned) yield typeof line === 'string' ? line : line.line();
+  }
 }

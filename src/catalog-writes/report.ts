@@ -39,13 +39,21 @@ export function emptyCounts(): MutableCounts {
   };
 }
 
+/** The lines of a report: read in order, as often as wanted, each made as it is read. */
+export interface ReportLines extends Iterable<string> {
+  readonly length: number;
+}
+
 /** What an import did (or, for a dry run, would do). */
 export interface ImportReport {
   readonly dryRun: boolean;
   /** False when storage already matched the tree; then nothing was written. */
   readonly changed: boolean;
-  /** One human-readable line per change, in tree order. */
-  readonly lines: readonly string[];
+  /**
+   * One human-readable line per change, in tree order, each made when it is read: the lines of
+   * 100,000 new Resources are never all held at once (D30).
+   */
+  readonly lines: ReportLines;
   readonly counts: ImportCounts;
   /** One line that sums the counts up. */
   readonly summary: string;

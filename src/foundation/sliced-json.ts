@@ -20,38 +20,76 @@ export async function stringifyInSlices(value: unknown): Promise<string> {
  */
 export async function jsonParts(value: unknown): Promise<string[]> {
   const parts: string[] = [];
-  await write(value, parts);
+  for await (const part of jsonTextParts(value)) parts.push(part);
   return parts;
 }
 
-async function write(value: unknown, parts: string[]): Promise<void> {
+/**
+ * {@link jsonParts} as they are made, for an answer written while it is made. Besides plain data,
+ * `value` may hold iterables other than arrays (a report's lines made from its plan as they are
+ * written, D30): each is written as a list, a slice of its elements at a time, and only that slice is
+ * ever made and held.
+ */
+export async function* jsonTextParts(value: unknown): AsyncGenerator<string> {
   if (Array.isArray(value)) {
     if (value.length <= ELEMENTS_PER_SLICE) {
-      parts.push(JSON.stringify(value));
+      yield JSON.stringify(value);
       return;
     }
-    parts.push('[');
+    yield '[';
     for (let start = 0; start < value.length; start += ELEMENTS_PER_SLICE) {
-      if (start > 0) parts.push(',');
-      parts.push(JSON.stringify(value.slice(start, start + ELEMENTS_PER_SLICE)).slice(1, -1));
+      const slice = JSON.stringify(value.slice(start, start + ELEMENTS_PER_SLICE));
+      yield `${start > 0 ? ',' : ''}${slice.slice(1, -1)}`;
       await yieldIfBusy();
     }
-    parts.push(']');
+    yield ']';
+    return;
+  }
+  if (isLazyList(value)) {
+    yield '[';
+    let slice: unknown[] = [];
+    let first = true;
+    const flush = () => {
+      const text = JSON.stringify(slice).slice(1, -1);
+      const part = first ? text : `,${text}`;
+      first = false;
+      slice = [];
+      return part;
+    };
+    for (const element of value) {
+      slice.push(element);
+      if (slice.length === ELEMENTS_PER_SLICE) {
+        yield flush();
+        await yieldIfBusy();
+      }
+    }
+    if (slice.length > 0) yield flush();
+    yield ']';
     return;
   }
   if (typeof value === 'object' && value !== null) {
-    parts.push('{');
+    yield '{';
     let first = true;
     for (const [name, inner] of Object.entries(value)) {
       if (inner === undefined) continue;
-      parts.push(`${first ? '' : ','}${JSON.stringify(name)}:`);
+      yield `${first ? '' : ','}${JSON.stringify(name)}:`;
       first = false;
-      await write(inner, parts);
+      yield* jsonTextParts(inner);
     }
-    parts.push('}');
+    yield '}';
     return;
   }
-  parts.push(JSON.stringify(value) ?? 'null');
+  yield JSON.stringify(value) ?? 'null';
+}
+
+/** An iterable that is not an array, a string or a plain object's JSON: written as a list. */
+function isLazyList(value: unknown): value is Iterable<unknown> {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as Partial<Iterable<unknown>>)[Symbol.iterator] === 'function' &&
+    typeof (value as { toJSON?: unknown }).toJSON !== 'function'
+  );
 }
 
 /** Bytes (or characters) tokenized between two looks at the clock: about a millisecond's work. */

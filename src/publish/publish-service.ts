@@ -21,7 +21,7 @@ import { CatalogPins, manifestHashOf, type PinSource } from '../catalog-writes/c
 import type { CatalogState, NamespaceState, ResourceState } from '../catalog-writes/namespace-state.js';
 import { loadNamespaceState } from '../catalog-writes/namespace-state.js';
 import { ImportValidationError } from '../catalog-writes/refusals.js';
-import type { ImportCounts } from '../catalog-writes/report.js';
+import type { ImportCounts, ReportLines } from '../catalog-writes/report.js';
 import type { ChangeActor } from '../changes/change-log.js';
 import type { UnitOfWork, Writer, WriteScope } from '../changes/unit-of-work.js';
 import { sha256Hex, utf8Size } from '../content/hash.js';
@@ -79,6 +79,12 @@ export interface WriteAnswer<T> {
    */
   readonly pinsText?: () => AsyncGenerator<string>;
 }
+
+/**
+ * The body of a whole Catalog's write answer: the report, its lines made as they are written (a
+ * publish of 100,000 Resources reports 100,000 lines, D30).
+ */
+export type PublishAnswer = Omit<PublishReport, 'lines'> & { readonly lines: ReportLines };
 
 /** The body of a one-Resource write answer: the Resource as stored, with its ETag's state. */
 export interface ResourceWrite {
@@ -215,7 +221,7 @@ export class PublishService {
     slug: string,
     body: PutCatalogBody,
     dryRun: boolean,
-  ): Promise<WriteAnswer<PublishReport>> {
+  ): Promise<WriteAnswer<PublishAnswer>> {
     const accountId = writerAccount(context.principal);
     const problems: InputProblem[] = [];
     const seen = new Map<string, number>();
@@ -277,7 +283,7 @@ export class PublishService {
         ...(stored ? { catalog: stored.catalog } : {}),
         changes: changesOf(applied.report.counts),
         dryRun,
-        lines: applied.report.lines as string[],
+        lines: applied.report.lines,
       },
       ...(stored && !dryRun ? { etag: stored.etag } : {}),
       ...(versionId === undefined ? {} : { pinsText: () => storedPinsText(db, versionId) }),

@@ -4,9 +4,9 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Principal } from '../auth/principal.js';
 import { ForbiddenError } from '../foundation/errors.js';
-import { jsonParts } from '../foundation/sliced-json.js';
+import { jsonTextParts } from '../foundation/sliced-json.js';
 import { SlicedBody } from '../http/sliced-body.js';
-import type { PublishService, WriteAnswer, WriteContext } from '../publish/publish-service.js';
+import type { PublishAnswer, PublishService, WriteAnswer, WriteContext } from '../publish/publish-service.js';
 import { ENTITY_TAGS_PATTERN, problemResponses, Slug, Uuid } from '../schemas/common.js';
 import { Catalog } from '../schemas/playbook.js';
 import {
@@ -77,6 +77,29 @@ function send<T>(reply: FastifyReply, answer: WriteAnswer<T>): T {
   return answer.body;
 }
 
+/**
+ * The JSON text of a whole Catalog's write answer as it is made: its lines made from the plan a
+ * slice at a time, and its Catalog's pins, left empty in the report, read from storage where they go
+ * (D30). Nothing of it is held whole.
+ */
+async function* reportText(
+  report: PublishAnswer,
+  pins: (() => AsyncGenerator<string>) | undefined,
+): AsyncGenerator<string> {
+  let previous = '';
+  let filled = false;
+  for await (const part of jsonTextParts(report)) {
+    if (pins !== undefined && !filled && part === '[]' && previous.endsWith('"resourcePins":')) {
+      filled = true;
+      yield* pins();
+    } else {
+      yield part;
+    }
+    previous = part;
+  }
+  if (pins !== undefined && !filled) throw new Error("the report's Catalog has no pins to fill in");
+}
+
 const WRITE_ERRORS = problemResponses(400, 401, 403, 404, 409, 412, 429, 500, 503);
 
 /** A whole Catalog's body is checked in slices, its Resources one by one (D20). */
@@ -131,25 +154,10 @@ export function publishRoutes(options: PublishRouteOptions): FastifyPluginAsyncT
         const dryRun = request.query.dryRun === true;
         const answer = await publish.putCatalog(context, request.params.catalogSlug, request.body, dryRun);
         const report = send(reply, answer);
-        // The report of a large Catalog is megabytes (every line, every pin): written in slices (D20).
-        const parts = await jsonParts(report);
+        // The report of a large Catalog is megabytes (every line, every pin): written as it is made,
+        // a slice at a time (D20, D30).
         reply.type('application/json; charset=utf-8');
-        if (answer.pinsText) {
-          // The Catalog's pins are read from storage as they are sent, where the report has none (D30).
-          const at = parts.findIndex((part, i) => part.endsWith('"resourcePins":') && parts[i + 1] === '[]');
-          if (at < 0) throw new Error("the report's Catalog has no pins to fill in");
-          const pins = answer.pinsText;
-          async function* text() {
-            yield* parts.slice(0, at + 1);
-            yield* pins();
-            yield* parts.slice(at + 2);
-          }
-          return reply.send(Readable.from(text()) as never);
-        }
-        let bytes = 0;
-        for (const part of parts) bytes += Buffer.byteLength(part);
-        // Sent part by part as it is: Fastify serializes objects, not streams.
-        return reply.header('content-length', bytes).send(Readable.from(parts) as never);
+        return reply.send(Readable.from(reportText(report, answer.pinsText)) as never);
       },
     );
 

@@ -228,7 +228,7 @@ describe('D15 first import', () => {
       'handbook/resources/onboarding.json': resourceJson(),
     });
     const report = await runImport(backend, dir, { at: T1 });
-    expect(report.lines).toEqual([
+    expect([...report.lines]).toEqual([
       '+ catalog svc/handbook (active): "Engineering handbook"',
       '+ resource svc/handbook/onboarding (document, active): version 1.0.0 published, 13 bytes in database-text',
       '+ catalog version svc/handbook 1.0.0: 1 pin',
@@ -272,7 +272,7 @@ describe('D15 re-import', () => {
     });
     const report = await runImport(backend, dir, { at: T2 });
     expect(report.changed).toBe(false);
-    expect(report.lines).toEqual([]);
+    expect([...report.lines]).toEqual([]);
     expect(report.counts.resourcesUnchanged).toBe(3);
     expect(report.summary).toBe('import: nothing to change (read 2 catalogs, 3 resource files)');
     expect(await dumpStorage(backend)).toEqual(before);
@@ -522,7 +522,7 @@ describe('D15 resource versions', () => {
       }),
     });
     const report = await runImport(backend, dir, { at: T2 });
-    expect(report.lines).toContain(
+    expect([...report.lines]).toContain(
       '~ resource svc/handbook/a: version 1.0.0 → 1.1.0 (content changed; 1.0.0 superseded)',
     );
     const resource = await resourceRow('handbook', 'a');
@@ -687,7 +687,9 @@ describe('D15 resource versions', () => {
       }),
     });
     const report = await runImport(backend, dir, { at: T2 });
-    expect(report.lines).toEqual(['~ resource svc/handbook/b: kind, title, description, facets changed']);
+    expect([...report.lines]).toEqual([
+      '~ resource svc/handbook/b: kind, title, description, facets changed',
+    ]);
     const b = await resourceRow('handbook', 'b');
     expect(b).toMatchObject({
       kind: 'policy',
@@ -723,7 +725,7 @@ describe('D15 drafts and archived resources', () => {
       'handbook/resources/wip.json': resourceJson({ status: 'active', content: 'not yet' }),
     });
     const report = await runImport(backend, dir, { at: T2 });
-    expect(report.lines).toContain(
+    expect([...report.lines]).toContain(
       '~ resource svc/handbook/wip: version 1.0.0 published; status draft → active',
     );
     const versions = await versionsOf(wip.id);
@@ -766,7 +768,7 @@ describe('D15 drafts and archived resources', () => {
     await removeFromTree(dir, 'handbook/resources/gone.json');
     await writeTree(dir, { 'handbook/catalog.json': catalogJson({ version: '1.1.0' }) });
     const report = await runImport(backend, dir, { at: T2 });
-    expect(report.lines).toContain('- resource svc/handbook/gone: archived (its file is gone)');
+    expect([...report.lines]).toContain('- resource svc/handbook/gone: archived (its file is gone)');
     expect(report.counts.resourcesArchived).toBe(1);
     expect(await resourceRow('handbook', 'gone')).toMatchObject({
       id: gone.id,
@@ -788,7 +790,7 @@ describe('D15 drafts and archived resources', () => {
       'handbook/resources/gone.json': resourceJson({ content: 'soon gone' }),
     });
     const back = await runImport(backend, dir, { at: T4 });
-    expect(back.lines).toContain('~ resource svc/handbook/gone: status archived → active');
+    expect([...back.lines]).toContain('~ resource svc/handbook/gone: status archived → active');
     expect(await resourceRow('handbook', 'gone')).toMatchObject({
       id: gone.id,
       status: 'active',
@@ -859,7 +861,7 @@ describe('D15 catalogs and their versions', () => {
       'handbook/catalog.json': catalogJson({ version: '1.0.1', facets: { capability: ['onboarding'] } }),
     });
     const report = await runImport(backend, dir, { at: T2 });
-    expect(report.lines).toEqual(['+ catalog version svc/handbook 1.0.1: 1 pin (was 1.0.0)']);
+    expect([...report.lines]).toEqual(['+ catalog version svc/handbook 1.0.1: 1 pin (was 1.0.0)']);
     const [first, second] = await catalogVersions('handbook');
     expect(second).toMatchObject({ version: '1.0.1', published_at: T2, manifest_hash: first!.manifest_hash });
     expect((await catalogRow('handbook')).current_version_id).toBe(second!.id);
@@ -875,7 +877,7 @@ describe('D15 catalogs and their versions', () => {
       }),
     });
     const report = await runImport(backend, dir, { at: T2 });
-    expect(report.lines).toEqual([
+    expect([...report.lines]).toEqual([
       '~ catalog svc/handbook: name, description, facets changed; status active → archived',
     ]);
     const catalog = await catalogRow('handbook');
@@ -975,8 +977,8 @@ describe('D15 account namespaces', () => {
     const svc = await dumpStorage(backend);
 
     const report = await runImport(backend, dir, { at: T2, owner: { kind: 'account', accountId: 'acme' } });
-    expect(report.lines[0]).toBe('+ account acme (plan free)');
-    expect(report.lines).toContain('+ catalog version org/handbook 1.0.0: 1 pin');
+    expect([...report.lines][0]).toBe('+ account acme (plan free)');
+    expect([...report.lines]).toContain('+ catalog version org/handbook 1.0.0: 1 pin');
     expect(await db().selectFrom('accounts').selectAll().execute()).toEqual([
       { id: 'acme', name: null, plan: 'free', created_at: T2, updated_at: T2 },
     ]);
@@ -1038,7 +1040,7 @@ describe('D15 dry run', () => {
     expect(await dumpStorage(backend)).toEqual(empty);
 
     const real = await runImport(backend, dir, { at: T1, owner: { kind: 'account', accountId: 'acme' } });
-    expect(real.lines).toEqual(dry.lines);
+    expect([...real.lines]).toEqual([...dry.lines]);
     expect(real.counts).toEqual(dry.counts);
   });
 

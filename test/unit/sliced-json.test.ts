@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { SLICE_MS, yieldIfBusy } from '../../src/foundation/pace.js';
-import { stringifyInSlices } from '../../src/foundation/sliced-json.js';
+import { jsonTextParts, stringifyInSlices } from '../../src/foundation/sliced-json.js';
 
 /** D20: long work is done in slices, and the slices add up to what the work in one go makes. */
 describe('work in slices', () => {
@@ -22,6 +22,37 @@ describe('work in slices', () => {
       empty: [],
     };
     expect(await stringifyInSlices(report)).toBe(JSON.stringify(report));
+  });
+
+  it('writes an iterable that is not an array as a list, made a slice at a time as it is written (D30)', async () => {
+    let made = 0;
+    const lines = {
+      length: 2_500,
+      *[Symbol.iterator]() {
+        for (let i = 0; i < 2_500; i++) {
+          made++;
+          yield `+ resource r-${i} "quoted"`;
+        }
+      },
+    };
+    const whole = JSON.stringify({ dryRun: false, lines: [...lines], none: [] });
+    made = 0;
+    const parts: string[] = [];
+    // How many lines had been made when each part of the list came out: a slice, never the whole list.
+    const madeAt: number[] = [];
+    for await (const part of jsonTextParts({ dryRun: false, lines, none: [] })) {
+      parts.push(part);
+      madeAt.push(made);
+    }
+    expect(parts.join('')).toBe(whole);
+    const firstLines = parts.findIndex((part) => part.startsWith('"+ resource r-0'));
+    expect(madeAt[firstLines]).toBe(1_000);
+    expect(madeAt.at(-1)).toBe(2_500);
+    // An empty iterable is an empty list.
+    const empty = { *[Symbol.iterator]() {} };
+    let text = '';
+    for await (const part of jsonTextParts({ lines: empty })) text += part;
+    expect(text).toBe('{"lines":[]}');
   });
 
   it('yieldIfBusy lets timers run once work has held the event loop for a slice, and not before', async () => {
