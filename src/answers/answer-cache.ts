@@ -11,8 +11,13 @@ import type { AnswerKey } from './answer-keys.js';
 const LAZY_ANSWER_BYTES = 1024;
 /** An answer held whole takes at most this part of the budget (`share`). */
 const ANSWER_SHARES = 16;
-/** What a key and an entry cost beyond the answer's bytes. */
-const ENTRY_OVERHEAD_BYTES = 128;
+/**
+ * What an entry holds beyond its answer's bytes and its key's characters: the answer's object, its
+ * validator and forms, the entry and the cache's own bookkeeping, about 900 bytes measured on the heap
+ * (test/unit/answer-budget.test.ts). Counted, so that a budget full of small details holds what it
+ * says (D30).
+ */
+const ENTRY_OVERHEAD_BYTES = 1024;
 
 interface Entry {
   readonly answer: ReadAnswer;
