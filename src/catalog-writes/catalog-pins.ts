@@ -1,11 +1,9 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from '../content/hash.js';
 import { yieldIfBusy } from '../foundation/pace.js';
+import { jsonListParts } from '../foundation/sliced-json.js';
 import { byText } from '../foundation/text-order.js';
 import type { ResourcePin } from '../schemas/playbook.js';
-
-/** Pins written to text at once: a slice of the stored text. */
-const PINS_PER_SLICE = 1000;
 
 /** What a published Catalog version pins of one of its Resources. */
 export interface PinSource {
@@ -63,26 +61,8 @@ export class CatalogPins implements Iterable<ResourcePin> {
    * {@link json}'s text in the slices it is made in, a thousand pins each: what stores the pins of
    * 100,000 Resources holds a slice of them at a time, never the pins whole as objects or text (D30).
    */
-  async *jsonSlices(): AsyncGenerator<string> {
-    yield '[';
-    let slice: ResourcePin[] = [];
-    let first = true;
-    const text = () => {
-      const json = JSON.stringify(slice).slice(1, -1);
-      const part = first ? json : `,${json}`;
-      first = false;
-      slice = [];
-      return part;
-    };
-    for (const pin of this) {
-      slice.push(pin);
-      if (slice.length === PINS_PER_SLICE) {
-        yield text();
-        await yieldIfBusy();
-      }
-    }
-    if (slice.length > 0) yield text();
-    yield ']';
+  jsonSlices(): AsyncGenerator<string> {
+    return jsonListParts(this);
   }
 }
 

@@ -27,44 +27,11 @@ export async function jsonParts(value: unknown): Promise<string[]> {
 /**
  * {@link jsonParts} as they are made, for an answer written while it is made. Besides plain data,
  * `value` may hold iterables other than arrays (a report's lines made from its plan as they are
- * written, D30): each is written as a list, a slice of its elements at a time, and only that slice is
- * ever made and held.
+ * written, D30): each is written as a list by {@link jsonListParts}, a slice of its elements at a time.
  */
 export async function* jsonTextParts(value: unknown): AsyncGenerator<string> {
-  if (Array.isArray(value)) {
-    if (value.length <= ELEMENTS_PER_SLICE) {
-      yield JSON.stringify(value);
-      return;
-    }
-    yield '[';
-    for (let start = 0; start < value.length; start += ELEMENTS_PER_SLICE) {
-      const slice = JSON.stringify(value.slice(start, start + ELEMENTS_PER_SLICE));
-      yield `${start > 0 ? ',' : ''}${slice.slice(1, -1)}`;
-      await yieldIfBusy();
-    }
-    yield ']';
-    return;
-  }
-  if (isLazyList(value)) {
-    yield '[';
-    let slice: unknown[] = [];
-    let first = true;
-    const flush = () => {
-      const text = JSON.stringify(slice).slice(1, -1);
-      const part = first ? text : `,${text}`;
-      first = false;
-      slice = [];
-      return part;
-    };
-    for (const element of value) {
-      slice.push(element);
-      if (slice.length === ELEMENTS_PER_SLICE) {
-        yield flush();
-        await yieldIfBusy();
-      }
-    }
-    if (slice.length > 0) yield flush();
-    yield ']';
+  if (Array.isArray(value) || isLazyList(value)) {
+    yield* jsonListParts(value);
     return;
   }
   if (typeof value === 'object' && value !== null) {
@@ -80,6 +47,39 @@ export async function* jsonTextParts(value: unknown): AsyncGenerator<string> {
     return;
   }
   yield JSON.stringify(value) ?? 'null';
+}
+
+/**
+ * The JSON text of a list, as `JSON.stringify` writes its array, made a thousand elements at a time
+ * with the event loop let turn between slices when the work has held it for long (D20): only that
+ * slice of the elements is ever made and held, so an iterable that makes its elements as it is read
+ * (a report's lines, a Catalog's pins) is written without being held whole (D30). An array of a slice
+ * or less is written in one part.
+ */
+export async function* jsonListParts(list: Iterable<unknown>): AsyncGenerator<string> {
+  if (Array.isArray(list) && list.length <= ELEMENTS_PER_SLICE) {
+    yield JSON.stringify(list);
+    return;
+  }
+  yield '[';
+  let slice: unknown[] = [];
+  let first = true;
+  const flush = () => {
+    const text = JSON.stringify(slice).slice(1, -1);
+    const part = first ? text : `,${text}`;
+    first = false;
+    slice = [];
+    return part;
+  };
+  for (const element of list) {
+    slice.push(element);
+    if (slice.length === ELEMENTS_PER_SLICE) {
+      yield flush();
+      await yieldIfBusy();
+    }
+  }
+  if (slice.length > 0) yield flush();
+  yield ']';
 }
 
 /** An iterable that is not an array, a string or a plain object's JSON: written as a list. */

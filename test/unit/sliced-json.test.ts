@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { SLICE_MS, yieldIfBusy } from '../../src/foundation/pace.js';
-import { jsonTextParts, stringifyInSlices } from '../../src/foundation/sliced-json.js';
+import { jsonListParts, jsonTextParts, stringifyInSlices } from '../../src/foundation/sliced-json.js';
 
 /** D20: long work is done in slices, and the slices add up to what the work in one go makes. */
 describe('work in slices', () => {
@@ -53,6 +53,33 @@ describe('work in slices', () => {
     let text = '';
     for await (const part of jsonTextParts({ lines: empty })) text += part;
     expect(text).toBe('{"lines":[]}');
+  });
+
+  it('jsonListParts writes any list as JSON.stringify writes its array: an array of a slice or less in one part, a longer list or an iterable a thousand elements a part', async () => {
+    const partsOf = async (list: Iterable<unknown>) => {
+      const parts: string[] = [];
+      for await (const part of jsonListParts(list)) parts.push(part);
+      return parts;
+    };
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.jsonValue(), { maxLength: 30 }), async (array) => {
+        const whole = JSON.stringify(array);
+        expect(await partsOf(array)).toEqual([whole]);
+        expect((await partsOf(new Set(array).values())).join('')).toBe(JSON.stringify([...new Set(array)]));
+      }),
+      { numRuns: 200 },
+    );
+    const array = Array.from({ length: 2_001 }, (_, i) => ({ i, line: `r-${i} "quoted" \u2028` }));
+    const lengths = (parts: string[]) =>
+      parts.map((part) => (part.length < 3 ? part : part.split('{').length - 1));
+    for (const list of [array, array.values()]) {
+      const parts = await partsOf(list);
+      expect(parts.join('')).toBe(JSON.stringify(array));
+      // '[', slices of 1,000, 1,000 and 1 elements, ']'.
+      expect(lengths(parts)).toEqual(['[', 1_000, 1_000, 1, ']']);
+    }
+    expect(await partsOf(Array.from({ length: 1_000 }, (_, i) => i))).toHaveLength(1);
+    expect((await partsOf([].values())).join('')).toBe('[]');
   });
 
   it('yieldIfBusy lets timers run once work has held the event loop for a slice, and not before', async () => {
