@@ -36,6 +36,7 @@ import {
 } from '../foundation/errors.js';
 import { Interned } from '../foundation/interned.js';
 import { yieldIfBusy } from '../foundation/pace.js';
+import { RawJsonParts } from '../foundation/sliced-json.js';
 import { byText } from '../foundation/text-order.js';
 import { holdsAtMost } from '../foundation/value-size.js';
 import { createOnly, matchHolds, noneMatchNamesState, representationTag } from '../http/conditional.js';
@@ -73,18 +74,27 @@ export interface WriteAnswer<T> {
   readonly status: 200 | 201;
   readonly body: T;
   readonly etag?: string;
-  /**
-   * The stored JSON text of the pins of the Catalog in `body`, whose `resourcePins` is left empty: a
-   * Catalog of 100,000 Resources pins 20 MB, read a part at a time as the answer is sent (D30).
-   */
-  readonly pinsText?: () => AsyncGenerator<string>;
 }
 
 /**
- * The body of a whole Catalog's write answer: the report, its lines made as they are written (a
- * publish of 100,000 Resources reports 100,000 lines, D30).
+ * A Catalog whose current version's pins are their stored JSON text, read a part at a time as the
+ * answer is sent: a Catalog of 100,000 Resources pins 20 MB (D30).
  */
-export type PublishAnswer = Omit<PublishReport, 'lines'> & { readonly lines: ReportLines };
+type CatalogWithStoredPins = Omit<Catalog, 'currentVersion'> & {
+  readonly currentVersion?: Omit<NonNullable<Catalog['currentVersion']>, 'resourcePins'> & {
+    readonly resourcePins: RawJsonParts;
+  };
+};
+
+/**
+ * The body of a whole Catalog's write answer: the report, its lines made as they are written (a
+ * publish of 100,000 Resources reports 100,000 lines) and its Catalog's pins read as they are written
+ * (D30).
+ */
+export type PublishAnswer = Omit<PublishReport, 'catalog' | 'lines'> & {
+  readonly catalog?: CatalogWithStoredPins;
+  readonly lines: ReportLines;
+};
 
 /** The body of a one-Resource write answer: the Resource as stored, with its ETag's state. */
 export interface ResourceWrite {
@@ -275,18 +285,15 @@ export class PublishService {
     );
     // A write that changed nothing opened no transaction: what is stored is read now.
     stored ??= dryRun && !existed ? undefined : await this.catalogSummary(accountId, slug);
-    const versionId = stored?.catalog.currentVersion?.id;
-    const db = this.deps.db;
     return {
       status: existed || dryRun ? 200 : 201,
       body: {
-        ...(stored ? { catalog: stored.catalog } : {}),
+        ...(stored ? { catalog: withStoredPins(this.deps.db, stored.catalog) } : {}),
         changes: changesOf(applied.report.counts),
         dryRun,
         lines: applied.report.lines,
       },
       ...(stored && !dryRun ? { etag: stored.etag } : {}),
-      ...(versionId === undefined ? {} : { pinsText: () => storedPinsText(db, versionId) }),
     };
   }
 
@@ -571,8 +578,8 @@ export class PublishService {
   }
 
   /**
-   * The Catalog as `db` sees it now with its pins left in storage (`pinsText` reads them: a version's
-   * pins never change), and its ETag, which reads no Resource: what a whole Catalog's publish answers
+   * The Catalog as `db` sees it now with its pins left in storage (`withStoredPins` reads them: a
+   * version's pins never change), and its ETag, which reads no Resource: what a whole Catalog's publish answers
    * with holds no Resource's state and no pin, whatever the Catalog's size (D30).
    */
   private async catalogSummary(
@@ -642,6 +649,18 @@ interface StoredCatalog {
   readonly state: CatalogState;
   readonly catalog: Catalog;
   readonly etag: string;
+}
+
+/**
+ * `catalog`, its current version's pins left empty, with those pins as their stored text, which `db`
+ * reads as the answer is written: a version's pins never change, so they are read after the commit.
+ */
+function withStoredPins(db: Db, catalog: Catalog): CatalogWithStoredPins {
+  const { currentVersion, ...rest } = catalog;
+  if (!currentVersion) return rest;
+  // Replaced in place, so that the pins keep their place among the version's fields.
+  const resourcePins = new RawJsonParts(storedPinsText(db, currentVersion.id));
+  return { ...catalog, currentVersion: { ...currentVersion, resourcePins } };
 }
 
 /** The account a write acts for: `org` is always the caller's own (D5, D23). */

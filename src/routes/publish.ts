@@ -6,7 +6,7 @@ import type { Principal } from '../auth/principal.js';
 import { ForbiddenError } from '../foundation/errors.js';
 import { jsonTextParts } from '../foundation/sliced-json.js';
 import { SlicedBody } from '../http/sliced-body.js';
-import type { PublishAnswer, PublishService, WriteAnswer, WriteContext } from '../publish/publish-service.js';
+import type { PublishService, WriteAnswer, WriteContext } from '../publish/publish-service.js';
 import { ENTITY_TAGS_PATTERN, problemResponses, Slug, Uuid } from '../schemas/common.js';
 import { Catalog } from '../schemas/playbook.js';
 import {
@@ -77,29 +77,6 @@ function send<T>(reply: FastifyReply, answer: WriteAnswer<T>): T {
   return answer.body;
 }
 
-/**
- * The JSON text of a whole Catalog's write answer as it is made: its lines made from the plan a
- * slice at a time, and its Catalog's pins, left empty in the report, read from storage where they go
- * (D30). Nothing of it is held whole.
- */
-async function* reportText(
-  report: PublishAnswer,
-  pins: (() => AsyncGenerator<string>) | undefined,
-): AsyncGenerator<string> {
-  let previous = '';
-  let filled = false;
-  for await (const part of jsonTextParts(report)) {
-    if (pins !== undefined && !filled && part === '[]' && previous.endsWith('"resourcePins":')) {
-      filled = true;
-      yield* pins();
-    } else {
-      yield part;
-    }
-    previous = part;
-  }
-  if (pins !== undefined && !filled) throw new Error("the report's Catalog has no pins to fill in");
-}
-
 const WRITE_ERRORS = problemResponses(400, 401, 403, 404, 409, 412, 429, 500, 503);
 
 /** A whole Catalog's body is checked in slices, its Resources one by one (D20). */
@@ -155,9 +132,9 @@ export function publishRoutes(options: PublishRouteOptions): FastifyPluginAsyncT
         const answer = await publish.putCatalog(context, request.params.catalogSlug, request.body, dryRun);
         const report = send(reply, answer);
         // The report of a large Catalog is megabytes (every line, every pin): written as it is made,
-        // a slice at a time (D20, D30).
+        // a slice at a time, its Catalog's pins read from storage as they are written (D20, D30).
         reply.type('application/json; charset=utf-8');
-        return reply.send(Readable.from(reportText(report, answer.pinsText)) as never);
+        return reply.send(Readable.from(jsonTextParts(report)) as never);
       },
     );
 

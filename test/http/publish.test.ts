@@ -151,6 +151,39 @@ describe('publishing over HTTP (D23)', () => {
       expect((await read('/v3/playbook/catalogs/org/fresh/resources')).statusCode).toBe(404);
     });
 
+    it("answers with the bytes of the whole report serialized at once, its Catalog's as a read of it sends them, pins and all", async () => {
+      // Another account than the audit trail's below, which this write's 1,500 Resources would crowd.
+      const MANY = '/v3/playbook/catalogs/org/many';
+      const resources = Array.from({ length: 1_500 }, (_, i) => resource(`r-${i}`));
+      const body = { name: 'Many "resourcePins":[] ✓', version: '1', resources };
+      /** The report's text with its Catalog's as a read of the Catalog by its ref sends it. */
+      const expectedOf = async (answer: LightMyRequestResponse, withCatalog: boolean) => {
+        const { changes, dryRun, lines } = answer.json() as Record<string, unknown>;
+        const rest = JSON.stringify({ changes, dryRun, lines });
+        if (!withCatalog) return rest;
+        const byRef = await read(MANY, stranger);
+        expect(byRef.statusCode).toBe(200);
+        return `{"catalog":${byRef.body},${rest.slice(1)}`;
+      };
+      const fresh = await put(`${MANY}?dryRun=true`, body, stranger);
+      expect(fresh.statusCode, fresh.body).toBe(200);
+      expect(fresh.body).toBe(await expectedOf(fresh, false));
+      const created = await put(MANY, body, stranger);
+      expect(created.statusCode, created.body).toBe(201);
+      expect(created.json().catalog.currentVersion.resourcePins).toHaveLength(1_500);
+      expect(created.json().lines.length).toBeGreaterThan(1_500);
+      expect(created.body).toBe(await expectedOf(created, true));
+      // A dry run answers with the Catalog as it is stored, pins and all.
+      const changed = await put(
+        `${MANY}?dryRun=true`,
+        { ...body, version: '2', resources: resources.slice(1) },
+        stranger,
+      );
+      expect(changed.statusCode, changed.body).toBe(200);
+      expect(changed.json().catalog.currentVersion).toMatchObject({ version: '1', resourceCount: 1_500 });
+      expect(changed.body).toBe(await expectedOf(changed, true));
+    }, 60_000);
+
     it('409 version_label_taken for changed content under an old label, writing nothing', async () => {
       const before = await catalogData(backend);
       const answer = await put(

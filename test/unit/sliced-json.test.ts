@@ -1,7 +1,12 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { SLICE_MS, yieldIfBusy } from '../../src/foundation/pace.js';
-import { jsonListParts, jsonTextParts, stringifyInSlices } from '../../src/foundation/sliced-json.js';
+import {
+  jsonListParts,
+  jsonTextParts,
+  RawJsonParts,
+  stringifyInSlices,
+} from '../../src/foundation/sliced-json.js';
 
 /** D20: long work is done in slices, and the slices add up to what the work in one go makes. */
 describe('work in slices', () => {
@@ -80,6 +85,42 @@ describe('work in slices', () => {
     }
     expect(await partsOf(Array.from({ length: 1_000 }, (_, i) => i))).toHaveLength(1);
     expect((await partsOf([].values())).join('')).toBe('[]');
+  });
+
+  it('writes raw JSON parts in their place as they come, read only when the writer reaches them (D30)', async () => {
+    const read: string[] = [];
+    async function* stored() {
+      for (const part of ['[{"a":', '1},', '{"b":"[]"}]']) {
+        read.push(part);
+        yield part;
+      }
+    }
+    const value = {
+      catalog: { id: 'c', currentVersion: { id: 'v', pins: new RawJsonParts(stored()), count: 2 } },
+      lines: ['"pins":[]'],
+    };
+    const parts: string[] = [];
+    const readAt: number[] = [];
+    for await (const part of jsonTextParts(value)) {
+      parts.push(part);
+      readAt.push(read.length);
+    }
+    expect(parts.join('')).toBe(
+      JSON.stringify({
+        catalog: { id: 'c', currentVersion: { id: 'v', pins: [{ a: 1 }, { b: '[]' }], count: 2 } },
+        lines: ['"pins":[]'],
+      }),
+    );
+    // Nothing was read before the member's name was written, and each part was written as it was read.
+    const named = parts.indexOf(',"pins":');
+    expect(readAt[named]).toBe(0);
+    expect(parts.slice(named + 1, named + 4)).toEqual(read);
+    // As the whole value, from parts that are not made as they are read.
+    let whole = '';
+    for await (const part of jsonTextParts(new RawJsonParts(['{"x":', '[]}']))) whole += part;
+    expect(whole).toBe('{"x":[]}');
+    // JSON.stringify, which a list's slice is written by, cannot write them, and says so.
+    expect(() => JSON.stringify([new RawJsonParts(['1'])])).toThrow(TypeError);
   });
 
   it('yieldIfBusy lets timers run once work has held the event loop for a slice, and not before', async () => {
