@@ -5,26 +5,6 @@ import { yieldIfBusy } from './pace.js';
 const ELEMENTS_PER_SLICE = 1000;
 
 /**
- * The JSON text of `value`, as `JSON.stringify` writes it, made a slice at a time: a list of
- * thousands (the report of a 100,000-Resource publish, the pins of its Catalog) is written a thousand
- * elements at a time, and the event loop turns between slices when the work has held it for long
- * (D20). For answers of plain data (strings, numbers, booleans, null, arrays, objects).
- */
-export async function stringifyInSlices(value: unknown): Promise<string> {
-  return (await jsonParts(value)).join('');
-}
-
-/**
- * {@link stringifyInSlices}, as the parts that make up the text, in order: an answer of megabytes is
- * sent part by part rather than joined into one string first.
- */
-export async function jsonParts(value: unknown): Promise<string[]> {
-  const parts: string[] = [];
-  for await (const part of jsonTextParts(value)) parts.push(part);
-  return parts;
-}
-
-/**
  * JSON text already written, in parts, that {@link jsonTextParts} writes in its place as the parts come:
  * a Catalog version's pins as stored, 20 MB for 100,000 Resources, are read a part at a time as the
  * answer that holds them is sent, never parsed or held whole (D30). The parts are read once, when the
@@ -45,9 +25,12 @@ export class RawJsonParts {
 }
 
 /**
- * {@link jsonParts} as they are made, for an answer written while it is made. Besides plain data,
- * `value` may hold iterables other than arrays (a report's lines made from its plan as they are
- * written, D30): each is written as a list by {@link jsonListParts}, a slice of its elements at a time.
+ * The JSON text of `value`, as `JSON.stringify` writes it, in the parts it is made in, for an answer
+ * written while it is made: a list of thousands (the report of a 100,000-Resource publish) is written a
+ * thousand elements at a time, and the event loop turns between slices when the work has held it for
+ * long (D20). Besides plain data (strings, numbers, booleans, null, arrays, objects), `value` may hold
+ * iterables other than arrays (a report's lines made from its plan as they are written, D30): each is
+ * written as a list by {@link jsonListParts}, a slice of its elements at a time.
  * A {@link RawJsonParts} at the top or as an object's member is written as its parts, as they come.
  */
 export async function* jsonTextParts(value: unknown): AsyncGenerator<string> {

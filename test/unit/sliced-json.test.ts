@@ -1,19 +1,21 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { SLICE_MS, yieldIfBusy } from '../../src/foundation/pace.js';
-import {
-  jsonListParts,
-  jsonTextParts,
-  RawJsonParts,
-  stringifyInSlices,
-} from '../../src/foundation/sliced-json.js';
+import { jsonListParts, jsonTextParts, RawJsonParts } from '../../src/foundation/sliced-json.js';
+
+/** The parts jsonTextParts writes `value` in, joined. */
+async function textOf(value: unknown): Promise<string> {
+  let text = '';
+  for await (const part of jsonTextParts(value)) text += part;
+  return text;
+}
 
 /** D20: long work is done in slices, and the slices add up to what the work in one go makes. */
 describe('work in slices', () => {
-  it('stringifyInSlices writes exactly what JSON.stringify writes', async () => {
+  it('jsonTextParts writes exactly what JSON.stringify writes', async () => {
     await fc.assert(
       fc.asyncProperty(fc.jsonValue(), async (value) => {
-        expect(await stringifyInSlices(value)).toBe(JSON.stringify(value));
+        expect(await textOf(value)).toBe(JSON.stringify(value));
       }),
       { numRuns: 500 },
     );
@@ -26,7 +28,7 @@ describe('work in slices', () => {
       lines: Array.from({ length: 3_001 }, (_, i) => `+ resource ${i} "quoted" \u2028`),
       empty: [],
     };
-    expect(await stringifyInSlices(report)).toBe(JSON.stringify(report));
+    expect(await textOf(report)).toBe(JSON.stringify(report));
   });
 
   it('writes an iterable that is not an array as a list, made a slice at a time as it is written (D30)', async () => {
@@ -55,9 +57,7 @@ describe('work in slices', () => {
     expect(madeAt.at(-1)).toBe(2_500);
     // An empty iterable is an empty list.
     const empty = { *[Symbol.iterator]() {} };
-    let text = '';
-    for await (const part of jsonTextParts({ lines: empty })) text += part;
-    expect(text).toBe('{"lines":[]}');
+    expect(await textOf({ lines: empty })).toBe('{"lines":[]}');
   });
 
   it('jsonListParts writes any list as JSON.stringify writes its array: an array of a slice or less in one part, a longer list or an iterable a thousand elements a part', async () => {
@@ -116,9 +116,7 @@ describe('work in slices', () => {
     expect(readAt[named]).toBe(0);
     expect(parts.slice(named + 1, named + 4)).toEqual(read);
     // As the whole value, from parts that are not made as they are read.
-    let whole = '';
-    for await (const part of jsonTextParts(new RawJsonParts(['{"x":', '[]}']))) whole += part;
-    expect(whole).toBe('{"x":[]}');
+    expect(await textOf(new RawJsonParts(['{"x":', '[]}']))).toBe('{"x":[]}');
     // JSON.stringify, which a list's slice is written by, cannot write them, and says so.
     expect(() => JSON.stringify([new RawJsonParts(['1'])])).toThrow(TypeError);
   });
