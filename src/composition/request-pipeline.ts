@@ -23,7 +23,7 @@ import { CREDENTIAL_PARAMETERS, redactCredentials, redactUrl } from '../foundati
 import { answersAcceptable } from '../http/acceptable.js';
 import { installAccessLog } from '../http/access-log.js';
 import { closeAfterAnswer } from '../http/connection-close.js';
-import { jsonBodyParser } from '../http/json-body.js';
+import { streamedJsonBodyParser } from '../http/json-body.js';
 import {
   API_KEY_CHALLENGE,
   answerUnmetExpectation,
@@ -131,7 +131,7 @@ async function pipeline(fastify: FastifyInstance, options: RequestPipelineOption
   const { timeouts } = options;
   // JSON only (D29): a body of any other media type, or of none, is 415 before any of it is read.
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, jsonBodyParser);
+  app.addContentTypeParser('application/json', streamedJsonBodyParser);
 
   // First of the hooks, so that everything a request does happens inside its span.
   if (deps.tracing) await traceRequests(app, deps.tracing);

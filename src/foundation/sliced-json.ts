@@ -214,19 +214,10 @@ class SlicedJsonReader {
 
 /**
  * The value of a JSON text, as `JSON.parse` makes it, read a slice at a time with turns of the event
- * loop between slices (D20). Nesting past `maxDepth` throws {@link TooDeepError} before anything
- * deeper is read; a text that is not JSON throws the parser's error.
- */
-export function parseJsonInSlices(
-  text: Uint8Array | string,
-  maxDepth = Number.POSITIVE_INFINITY,
-): Promise<unknown> {
-  return parseJsonParts([text], maxDepth);
-}
-
-/**
- * {@link parseJsonInSlices} of a text that comes in parts, each read as it comes: a text stored in
- * parts (a Catalog version's pins) is never joined whole.
+ * loop between slices (D20), from the parts it comes in, each read as it comes: a text stored in parts
+ * (a Catalog version's pins) or a body in the parts it arrived in is never joined whole. Nesting past
+ * `maxDepth` throws {@link TooDeepError} before anything deeper is read; a text that is not JSON
+ * throws the parser's error.
  */
 export async function parseJsonParts(
   parts: Iterable<Uint8Array | string> | AsyncIterable<Uint8Array | string>,
