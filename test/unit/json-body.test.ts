@@ -105,15 +105,19 @@ function streamed(parts: readonly Buffer[], headers: Record<string, string> = {}
   );
 }
 
-async function refusalOf(
-  promise: Promise<unknown>,
-): Promise<Error & { code?: string; problems?: unknown[] }> {
+async function refusalOf(promise: Promise<unknown>): Promise<Error & { code?: string; statusCode?: number }> {
   try {
     await promise;
   } catch (error) {
-    return error as Error & { code?: string };
+    return error as Error & { code?: string; statusCode?: number };
   }
   throw new Error('expected the body to be refused');
+}
+
+/** The problems of a refusal that must be a 400 of the body. */
+function problemsOf(refusal: unknown) {
+  expect(refusal).toBeInstanceOf(InputError);
+  return (refusal as InputError).problems;
 }
 
 describe('JSON bodies read as they arrive (D20, D21)', () => {
@@ -150,15 +154,13 @@ describe('JSON bodies read as they arrive (D20, D21)', () => {
       [Buffer.from('{"a":"'), Buffer.from([0xc0]), Buffer.from([0xaf, 0x22, 0x7d])],
     ];
     for (const parts of wrong) {
-      const refusal = await refusalOf(streamed(parts));
-      expect(refusal).toBeInstanceOf(InputError);
-      expect((refusal as InputError).problems).toEqual([
+      expect(problemsOf(await refusalOf(streamed(parts)))).toEqual([
         { in: 'body', name: '(body)', message: 'must be UTF-8' },
       ]);
     }
     // Not UTF-8 is said first even when the text is not JSON either: no byte is parsed before all are checked.
     const both = await refusalOf(streamed([Buffer.from('{{{'), Buffer.from([0xff])]));
-    expect((both as InputError).problems?.[0]).toMatchObject({ message: 'must be UTF-8' });
+    expect(problemsOf(both)[0]).toMatchObject({ message: 'must be UTF-8' });
   });
 
   it("keeps Fastify's limits: 413 past the route's limit by Content-Length or as it arrives, 400 for a wrong length", async () => {
@@ -201,6 +203,6 @@ describe('JSON bodies read as they arrive (D20, D21)', () => {
     });
     const refusal = await refusalOf(streamedJsonBodyParser(requestOf({}), failing));
     expect(refusal.message).toBe('the client went away');
-    expect((refusal as Error & { statusCode?: number }).statusCode).toBe(400);
+    expect(refusal.statusCode).toBe(400);
   });
 });
