@@ -16,7 +16,7 @@ import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../foundation/private
 import { type Observation, unobserved } from '../observability/observation.js';
 import { namingStatements } from './named-statements.js';
 import { translatingPool } from './postgres-errors.js';
-import { SqliteCheckpointer } from './sqlite-checkpointer.js';
+import { SqliteWriterDialect } from './sqlite-writer.js';
 import type { Database, Db, Dialect } from './tables.js';
 
 export interface Databases {
@@ -39,32 +39,59 @@ export interface Databases {
 /** The reader connection's page cache, in KiB (SQLite's default is 2 MiB). */
 const READER_CACHE_KIB = 16 * 1024;
 
-function openSqlite(
-  file: string,
-  role: 'primary' | 'reader',
-  observation: Observation,
-): { db: Db; connection: SqliteDatabase.Database } {
-  if (file !== ':memory:') {
-    fs.mkdirSync(path.dirname(file), { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
-    // Created here rather than by SQLite, which would use 0644; its -wal and -shm files copy this mode.
-    fs.closeSync(fs.openSync(file, 'a', PRIVATE_FILE_MODE));
-  }
-  const connection = new (sqliteDriver())(file);
-  connection.pragma('journal_mode = WAL');
+/** Every SQLite connection's settings, the writer's and the reader's. */
+const SQLITE_PRAGMAS = [
+  'journal_mode = WAL',
   // FULL: a committed import survives a power cut, not only a crash of the process.
-  connection.pragma('synchronous = FULL');
-  connection.pragma('foreign_keys = ON');
-  connection.pragma('busy_timeout = 5000');
-  // The primary's checkpoints are the checkpointer's (sqlite-checkpointer.ts); a reader makes none.
-  if (role === 'primary' && file !== ':memory:') connection.pragma('wal_autocheckpoint = 0');
+  'synchronous = FULL',
+  'foreign_keys = ON',
+  'busy_timeout = 5000',
+];
+
+function sqliteFile(file: string): void {
+  if (file === ':memory:') return;
+  fs.mkdirSync(path.dirname(file), { recursive: true, mode: PRIVATE_DIRECTORY_MODE });
+  // Created here rather than by SQLite, which would use 0644; its -wal and -shm files copy this mode.
+  fs.closeSync(fs.openSync(file, 'a', PRIVATE_FILE_MODE));
+}
+
+/**
+ * The writer: its connection is on a thread of its own, so that no statement of a write, its commit
+ * above all, holds the event loop (D20). That thread also makes the checkpoints (sqlite-writer.ts).
+ */
+function openSqliteWriter(file: string, observation: Observation): Db {
+  sqliteFile(file);
+  return new Kysely<Database>({
+    dialect: new SqliteWriterDialect({
+      file,
+      driver: sqliteDriverName(),
+      pragmas: SQLITE_PRAGMAS,
+      checkpoints: file !== ':memory:',
+      statements: PREPARED_STATEMENTS,
+      onWarning: (message) => process.emitWarning(message, 'PlaybookWarning'),
+      // A process without its writer would answer every write with an error: it ends instead, with
+      // the reason, as on any error nothing handles, and its supervisor starts it again.
+      onFailure: (error) =>
+        process.nextTick(() => {
+          throw error;
+        }),
+    }),
+    log: timed('primary', observation),
+  });
+}
+
+/** The reader: on the event loop's thread, where a read costs no more than the read itself. */
+function openSqliteReader(file: string, observation: Observation): Db {
+  sqliteFile(file);
+  const connection = new (sqliteDriver())(file);
+  for (const pragma of SQLITE_PRAGMAS) connection.pragma(pragma);
   // Reads that miss the answers in memory land anywhere in a database of millions of rows: a page
   // cache that holds the indexes' upper levels saves most of each lookup's reads of the file (D30).
-  if (role === 'reader') connection.pragma(`cache_size = -${READER_CACHE_KIB}`);
-  const db = new Kysely<Database>({
+  connection.pragma(`cache_size = -${READER_CACHE_KIB}`);
+  return new Kysely<Database>({
     dialect: new SqliteDialect({ database: withStatementCache(connection) }),
-    log: timed(role, observation),
+    log: timed('reader', observation),
   });
-  return { db, connection };
 }
 
 /** Every statement's time into `playbook_database_query_duration_seconds` (D25). */
@@ -224,27 +251,18 @@ export function createDatabases(
   observation: Observation = unobserved(),
 ): Databases {
   if (config.kind === 'sqlite') {
-    const { db: primary, connection } = openSqlite(config.path, 'primary', observation);
+    const primary = openSqliteWriter(config.path, observation);
     // A connection of its own for reads: SQLite's driver runs one statement at a time per connection,
     // so reads on the writer's connection would wait out a long write transaction (a publish of
     // 100,000 Resources is seconds of it, D20). In WAL mode a reader sees every committed write and
     // is never blocked by the writer. An in-memory database is one connection's alone.
-    const inMemory = config.path === ':memory:';
-    const reader = inMemory ? primary : openSqlite(config.path, 'reader', observation).db;
-    const checkpointer = inMemory
-      ? undefined
-      : new SqliteCheckpointer(config.path, sqliteDriverName(), (why) => {
-          // The writer checkpoints again, as SQLite does by default: slower commits, a bounded WAL.
-          if (connection.open) connection.pragma('wal_autocheckpoint = 1000');
-          process.emitWarning(`SQLite checkpoints are back on the writer: ${why}`, 'PlaybookWarning');
-        });
+    const reader = config.path === ':memory:' ? primary : openSqliteReader(config.path, observation);
     return {
       primary,
       reader,
       writer: primary,
       dialect: 'sqlite',
       close: async () => {
-        await checkpointer?.stop();
         if (reader !== primary) await reader.destroy();
         await primary.destroy();
       },

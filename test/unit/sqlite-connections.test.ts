@@ -1,16 +1,17 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { sql } from 'kysely';
+import { Kysely, sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createDatabases, type Databases, sqliteDriverName } from '../../src/db/create-db.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
-import { SqliteCheckpointer } from '../../src/db/sqlite-checkpointer.js';
+import { SqliteWriterDialect } from '../../src/db/sqlite-writer.js';
+import type { Database } from '../../src/db/tables.js';
 
 /**
  * D20 on the embedded default: reads go through a connection of their own, which sees every commit
- * at once and never waits for a write transaction; the writer makes no checkpoint of its own, and a
- * worker thread copies committed WAL frames into the database file instead.
+ * at once and never waits for a write transaction; the writer makes no checkpoint of its own, and its
+ * thread copies committed WAL frames into the database file on a connection of its own instead.
  */
 describe('SQLite: a reader beside the writer, checkpoints off the event loop', () => {
   let dir: string;
@@ -62,7 +63,7 @@ describe('SQLite: a reader beside the writer, checkpoints off the event loop', (
     expect(await accountCount(databases.reader)).toBe(1);
   });
 
-  it('the writer leaves checkpoints to the worker, which copies committed frames into the file', async () => {
+  it('the writer leaves checkpoints to its thread, which copies committed frames into the file', async () => {
     const autocheckpoint = await sql<{ wal_autocheckpoint: number }>`pragma wal_autocheckpoint`.execute(
       databases.primary,
     );
@@ -84,28 +85,29 @@ describe('SQLite: a reader beside the writer, checkpoints off the event loop', (
     expect(await accountCount(databases.reader)).toBe(2000);
   });
 
-  it('a checkpoint thread that cannot work says so once, and stopping it after does not wait', async () => {
-    const failures: string[] = [];
-    const checkpointer = new SqliteCheckpointer(
-      path.join(dir, 'missing', 'db.sqlite'),
-      sqliteDriverName(),
-      (why) => failures.push(why),
-    );
-    const deadline = Date.now() + 5000;
-    while (failures.length === 0 && Date.now() < deadline)
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    expect(failures).toHaveLength(1);
-    expect(failures[0]).toMatch(/directory does not exist|unable to open/i);
-    await checkpointer.stop();
-    expect(failures).toHaveLength(1);
-  });
-
-  it('a running checkpoint thread stops when asked, without being told of a failure', async () => {
-    const failures: string[] = [];
-    const checkpointer = new SqliteCheckpointer(file, sqliteDriverName(), (why) => failures.push(why));
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    await checkpointer.stop();
-    await checkpointer.stop();
-    expect(failures).toEqual([]);
+  it('checkpoints that cannot be made are given back to the writer, which says so once', async () => {
+    const warnings: string[] = [];
+    const db = new Kysely<Database>({
+      dialect: new SqliteWriterDialect({
+        file: path.join(dir, 'other.sqlite'),
+        driver: sqliteDriverName(),
+        pragmas: ['journal_mode = WAL'],
+        checkpoints: true,
+        statements: 10,
+        checkpointFile: path.join(dir, 'missing', 'db.sqlite'),
+        onWarning: (message) => warnings.push(message),
+        onFailure: () => {},
+      }),
+    });
+    try {
+      const autocheckpoint = await sql<{ wal_autocheckpoint: number }>`pragma wal_autocheckpoint`.execute(db);
+      expect(autocheckpoint.rows[0]?.wal_autocheckpoint).toBe(1000);
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toMatch(
+        /checkpoints are back on the writer: .*(directory does not exist|unable to open)/i,
+      );
+    } finally {
+      await db.destroy();
+    }
   });
 });
