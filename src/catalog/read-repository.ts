@@ -1,4 +1,4 @@
-import { type Expression, type ExpressionBuilder, type SqlBool, sql } from 'kysely';
+import { type Expression, type ExpressionBuilder, type SqlBool, SqliteAdapter, sql } from 'kysely';
 import type { Principal } from '../auth/principal.js';
 import { everyColumnOf, PreparedQuery } from '../db/prepared-query.js';
 import type {
@@ -440,6 +440,20 @@ export async function findResource(
   principal: Principal,
   resourceId: string,
 ): Promise<ResourceDetailRow | undefined> {
+  if (searchesByKey(db)) {
+    return inOneSnapshot(db, async (trx) => {
+      const [resource] = await CATALOG_OF_RESOURCE.run(trx, 'any', { resourceId });
+      if (!resource) return undefined;
+      const [catalog] = await VISIBLE_CATALOG_BY_ID.run(trx, viewShape(principal), {
+        accountId: principal.accountId,
+        catalogId: resource.catalog_id,
+      });
+      return (
+        catalog &&
+        detailInCatalog(trx, catalog, 'id', { resourceId, catalogId: catalog.id, resourceSlug: '' })
+      );
+    });
+  }
   const rows = await DETAIL_BY_ID.run(db, viewShape(principal), {
     accountId: principal.accountId,
     resourceId,
@@ -456,12 +470,141 @@ export async function findResourceByRef(
   resourceSlug: string,
 ): Promise<ResourceDetailRow | undefined> {
   if (owner === 'org' && principal.accountId === null) return undefined;
+  if (searchesByKey(db)) {
+    return inOneSnapshot(db, async (trx) => {
+      const [catalog] = await VISIBLE_CATALOG_BY_SLUG.run(trx, `${owner}:${viewShape(principal)}`, {
+        accountId: principal.accountId,
+        catalogSlug,
+      });
+      return (
+        catalog &&
+        detailInCatalog(trx, catalog, 'slug', { resourceId: '', catalogId: catalog.id, resourceSlug })
+      );
+    });
+  }
   const rows = await DETAIL_BY_REF.run(db, `${owner}:${viewShape(principal)}`, {
     accountId: principal.accountId,
     catalogSlug,
     resourceSlug,
   });
   return detailRowOf(rows[0]);
+}
+
+/**
+ * Whether a detail is read a table at a time rather than joined (D30). On SQLite each of its reads is
+ * a search by key, and four of them cost half what the one statement joining the same four tables
+ * did (measured over a million Resources: 45-60 µs against 115-150). PostgreSQL keeps the join: there
+ * each statement is a round trip.
+ */
+function searchesByKey(db: Db): boolean {
+  return db.getExecutor().adapter instanceof SqliteAdapter;
+}
+
+/**
+ * `read`'s statements in one read transaction, so that they see the database as one commit left it
+ * however the writer's commits fall between them (on SQLite the writer commits on a thread of its own).
+ */
+function inOneSnapshot<T>(db: Db, read: (trx: Db) => Promise<T>): Promise<T> {
+  return db.transaction().execute(read);
+}
+
+/** Whose Catalog a prepared query of a Catalog already found visible is built for. */
+type CatalogShape = 'svc' | 'account';
+
+const catalogShape = (catalog: VisibleCatalog): CatalogShape =>
+  catalog.account_id === null ? 'svc' : 'account';
+
+/** A stand-in for a visible Catalog of `shape` in the rules of visibility.ts, which ask only whose it is. */
+const catalogOfShape = (shape: CatalogShape) => ({ account_id: shape === 'svc' ? null : '' });
+
+const CATALOG_OF_RESOURCE = new PreparedQuery(['resourceId'], (db, slot, _shape: 'any') =>
+  db.selectFrom('resources').select('resources.catalog_id').where('resources.id', '=', slot.resourceId),
+);
+
+const VISIBLE_CATALOG_COLUMNS = ['catalogs.id', 'catalogs.account_id', 'catalogs.slug'] as const;
+
+const VISIBLE_CATALOG_BY_ID = new PreparedQuery(['accountId', 'catalogId'], (db, slot, shape: ViewShape) =>
+  db
+    .selectFrom('catalogs')
+    .select(VISIBLE_CATALOG_COLUMNS)
+    .where('catalogs.id', '=', slot.catalogId)
+    .where(catalogVisibleTo(viewerOf(shape, slot.accountId))),
+);
+
+const VISIBLE_CATALOG_BY_SLUG = new PreparedQuery(
+  ['accountId', 'catalogSlug'],
+  (db, slot, shape: `${'svc' | 'org'}:${ViewShape}`) => {
+    const [owner, view] = shape.split(':') as ['svc' | 'org', ViewShape];
+    return db
+      .selectFrom('catalogs')
+      .select(VISIBLE_CATALOG_COLUMNS)
+      .where(catalogNamed(viewerOf(view, slot.accountId), owner, slot.catalogSlug));
+  },
+);
+
+const RESOURCE_IN_CATALOG = new PreparedQuery(
+  ['resourceId', 'catalogId', 'resourceSlug'],
+  (db, slot, shape: `${'id' | 'slug'}:${CatalogShape}`) => {
+    const [by, whose] = shape.split(':') as ['id' | 'slug', CatalogShape];
+    return db
+      .selectFrom('resources')
+      .select(RESOURCE_COLUMNS.map((column) => `resources.${column}` as const))
+      .where((eb) =>
+        by === 'id'
+          ? eb('resources.id', '=', slot.resourceId)
+          : eb.and([
+              eb('resources.catalog_id', '=', slot.catalogId),
+              eb('resources.slug', '=', slot.resourceSlug),
+            ]),
+      )
+      .where(resourceVisibleIn(catalogOfShape(whose)));
+  },
+);
+
+const CURRENT_VERSION_IN_CATALOG = new PreparedQuery(['versionId'], (db, slot, shape: CatalogShape) =>
+  db
+    .selectFrom('resource_versions as v')
+    .select(VERSION_DETAIL_COLUMNS.map((column) => `v.${column}` as const))
+    .where('v.id', '=', slot.versionId)
+    .where(currentVersionVisibleIn(catalogOfShape(shape))),
+);
+
+const STORED_CONTENT = new PreparedQuery(['contentHash'], (db, slot, _shape: 'any') =>
+  db
+    .selectFrom('content_blobs')
+    .select('content_blobs.body')
+    .where('content_blobs.content_hash', '=', slot.contentHash),
+);
+
+/**
+ * The detail of the Resource of a Catalog found visible, a table at a time: the Resource by id (or by
+ * slug in the Catalog), its current version, and its content when the database holds it.
+ */
+async function detailInCatalog(
+  trx: Db,
+  catalog: VisibleCatalog,
+  by: 'id' | 'slug',
+  which: { readonly resourceId: string; readonly catalogId: string; readonly resourceSlug: string },
+): Promise<ResourceDetailRow | undefined> {
+  const whose = catalogShape(catalog);
+  const [resource] = await RESOURCE_IN_CATALOG.run(trx, `${by}:${whose}`, which);
+  if (!resource || resource.current_version_id === null || resource.catalog_id !== catalog.id)
+    return undefined;
+  const [currentVersion] = await CURRENT_VERSION_IN_CATALOG.run(trx, whose, {
+    versionId: resource.current_version_id,
+  });
+  if (!currentVersion) return undefined;
+  const [stored] =
+    currentVersion.storage_backend === 'database-text'
+      ? await STORED_CONTENT.run(trx, 'any', { contentHash: currentVersion.content_hash })
+      : [];
+  return {
+    resource,
+    catalogAccountId: catalog.account_id,
+    catalogSlug: catalog.slug,
+    currentVersion,
+    storedContent: stored?.body ?? null,
+  };
 }
 
 function detailRowOf(

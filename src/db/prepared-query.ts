@@ -53,7 +53,11 @@ interface Template {
  * const rows = await byId.run(db, 'any', { id });
  */
 export class PreparedQuery<K extends string, S extends string, R> {
-  private readonly templates = new WeakMap<Db, Map<string, Template>>();
+  /**
+   * By the database's adapter, which a transaction shares with the database it runs on: a query run in
+   * a transaction is built once too, not once per transaction.
+   */
+  private readonly templates = new WeakMap<object, Map<string, Template>>();
 
   constructor(
     private readonly names: readonly K[],
@@ -70,10 +74,11 @@ export class PreparedQuery<K extends string, S extends string, R> {
   }
 
   private templateFor(db: Db, shape: S): Template {
-    let shapes = this.templates.get(db);
+    const { adapter } = db.getExecutor();
+    let shapes = this.templates.get(adapter);
     if (!shapes) {
       shapes = new Map();
-      this.templates.set(db, shapes);
+      this.templates.set(adapter, shapes);
     }
     const held = shapes.get(shape);
     if (held) return held;

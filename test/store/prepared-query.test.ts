@@ -78,6 +78,21 @@ describe('prepared queries', () => {
     expect(rows.map((row) => row.id)).toEqual(['globex', 'initech']);
   });
 
+  it('is built once for a database and the transactions run on it, not once per transaction', async () => {
+    const db = backend.databases.reader;
+    let builds = 0;
+    const counted = new PreparedQuery(['id'], (qb, slot, _shape: 'any') => {
+      builds += 1;
+      return qb.selectFrom('accounts').select('plan').where('id', '=', slot.id);
+    });
+    expect(await counted.run(db, 'any', { id: 'acme' })).toEqual([{ plan: 'free' }]);
+    for (const id of ['globex', 'initech']) {
+      const rows = await db.transaction().execute((trx) => counted.run(trx, 'any', { id }));
+      expect(rows).toEqual([{ plan: 'pro' }]);
+    }
+    expect(builds).toBe(1);
+  });
+
   it('refuses a query whose value is written into its text rather than passed', async () => {
     const literal = new PreparedQuery(['plan'], (db, slot, _shape: 'one') =>
       db
