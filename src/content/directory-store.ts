@@ -1,8 +1,18 @@
 import { randomBytes } from 'node:crypto';
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../foundation/private-files.js';
 import { ContentNotFoundError, type ContentStore } from './content-store.js';
+
+/**
+ * Content up to this size is read from its file at once, on the event loop's thread (D30): a few
+ * system calls on a file of the page cache, tens of microseconds. Read in the background instead, it
+ * took four turns of the event loop (open, stat, read, close), each behind every other request of its
+ * turn, and a thread's help each time: cold reads over a million Resources ran a quarter slower. A
+ * larger file is read in the background, so that no read of one holds the others up (D20).
+ */
+export const READ_AT_ONCE_BYTES = 64 * 1024;
 
 /**
  * The embedded object store: one file per content hash under a local directory, fanned out by the
@@ -40,8 +50,9 @@ export class DirectoryContentStore implements ContentStore {
   }
 
   async get(hash: string): Promise<string> {
+    const file = this.pathOf(hash);
     try {
-      return await fs.readFile(this.pathOf(hash), 'utf8');
+      return readSmallFile(file, READ_AT_ONCE_BYTES) ?? (await fs.readFile(file, 'utf8'));
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') throw new ContentNotFoundError(hash);
       throw error;
@@ -60,5 +71,24 @@ async function exists(file: string): Promise<boolean> {
     return true;
   } catch {
     return false;
+  }
+}
+
+/** The text of `file` when it holds at most `limit` bytes, read at once; undefined when it is larger. */
+function readSmallFile(file: string, limit: number): string | undefined {
+  const descriptor = openSync(file, 'r');
+  try {
+    const { size } = fstatSync(descriptor);
+    if (size > limit) return undefined;
+    const bytes = Buffer.allocUnsafe(size);
+    let read = 0;
+    while (read < size) {
+      const got = readSync(descriptor, bytes, read, size - read, read);
+      if (got === 0) break;
+      read += got;
+    }
+    return bytes.toString('utf8', 0, read);
+  } finally {
+    closeSync(descriptor);
   }
 }

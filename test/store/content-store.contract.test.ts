@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ContentReader } from '../../src/content/content-reader.js';
 import { ContentNotFoundError, type ContentStore } from '../../src/content/content-store.js';
 import { DatabaseContentStore } from '../../src/content/database-store.js';
-import { DirectoryContentStore } from '../../src/content/directory-store.js';
+import { DirectoryContentStore, READ_AT_ONCE_BYTES } from '../../src/content/directory-store.js';
 import { sha256Hex } from '../../src/content/hash.js';
 import { S3ContentStore } from '../../src/content/s3-store.js';
 import { IntegrityError } from '../../src/foundation/errors.js';
@@ -233,6 +233,29 @@ describe('DirectoryContentStore', () => {
     await expect(store.get(hash)).rejects.toBeInstanceOf(ContentNotFoundError);
     await store.put(hash, text);
     expect(await store.get(hash)).toBe(text);
+  });
+
+  it('reads content of up to READ_AT_ONCE_BYTES at once, a larger one in the background, each whole (D30, D20)', async () => {
+    const store = new DirectoryContentStore(root());
+    // Multi-byte characters, the last of them ending exactly on the bound.
+    const small = `${'é'.repeat(READ_AT_ONCE_BYTES / 2 - 2)}🙂`;
+    const large = `${small}x`;
+    expect(Buffer.byteLength(small)).toBe(READ_AT_ONCE_BYTES);
+    for (const text of [small, large]) await store.put(sha256Hex(text), text);
+
+    /** The text, and whether the event loop turned (ran a setImmediate callback) before it came. */
+    const read = async (text: string) => {
+      let turned = false;
+      const turn = setImmediate(() => {
+        turned = true;
+      });
+      const got = await store.get(sha256Hex(text));
+      clearImmediate(turn);
+      return { whole: got === text, turned };
+    };
+    expect(await read(small)).toEqual({ whole: true, turned: false });
+    expect(await read(large)).toEqual({ whole: true, turned: true });
+    await expect(store.get(sha256Hex('never stored'))).rejects.toBeInstanceOf(ContentNotFoundError);
   });
 
   it('refuses a key that is not a SHA-256 digest, so that no path escapes its directory', async () => {
