@@ -250,6 +250,27 @@ describe('API key verification', () => {
     expect((await stored()).find((row) => row.id === a.id)?.last_used_at).toBe(usedAt);
   });
 
+  it('writes each key its own time, in batches of many keys', async () => {
+    const a = await identity.mintKey({ accountId: 'acme' });
+    const b = await identity.mintKey({ accountId: 'acme' });
+    const base = Date.parse('2030-01-01T00:00:00.000Z');
+    // 1,200 uses among which the two keys fall in different statements (500 keys a statement).
+    const ids = Array.from({ length: 1200 }, (_, i) => `unknown-key-${i}`);
+    ids[10] = a.id;
+    ids[900] = b.id;
+    for (const [i, id] of ids.entries()) identity.usage.record(id, base + i * 1000);
+    await identity.usage.flush();
+    const rows = await backend.databases.primary
+      .selectFrom('api_keys')
+      .select(['id', 'last_used_at'])
+      .where('id', 'in', [a.id, b.id])
+      .execute();
+    expect(Object.fromEntries(rows.map((row) => [row.id, row.last_used_at]))).toEqual({
+      [a.id]: new Date(base + 10_000).toISOString(),
+      [b.id]: new Date(base + 900_000).toISOString(),
+    });
+  });
+
   it('writes pending usage on close', async () => {
     const { key, id } = await identity.mintKey({ accountId: 'acme' });
     await identity.verifier.verify(key);
