@@ -259,8 +259,8 @@ export interface ResourceListRow {
 export interface ResourceDetailRow extends ResourceListRow {
   readonly currentVersion: VersionDetailRow;
   /**
-   * The content, when the database holds it (`database-text`), read by the same statement: a cold
-   * read of a detail is one statement. Not yet checked against its hash (D12).
+   * The content, when the database holds it (`database-text`), read with the row: a cold read of a
+   * detail asks nothing of the content store then. Not yet checked against its hash (D12).
    */
   readonly storedContent?: string | null;
 }
