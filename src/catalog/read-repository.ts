@@ -549,13 +549,9 @@ const RESOURCE_IN_CATALOG = new PreparedQuery(
     return db
       .selectFrom('resources')
       .select(RESOURCE_COLUMNS.map((column) => `resources.${column}` as const))
+      .where('resources.catalog_id', '=', slot.catalogId)
       .where((eb) =>
-        by === 'id'
-          ? eb('resources.id', '=', slot.resourceId)
-          : eb.and([
-              eb('resources.catalog_id', '=', slot.catalogId),
-              eb('resources.slug', '=', slot.resourceSlug),
-            ]),
+        by === 'id' ? eb('resources.id', '=', slot.resourceId) : eb('resources.slug', '=', slot.resourceSlug),
       )
       .where(resourceVisibleIn(catalogOfShape(whose)));
   },
@@ -588,8 +584,7 @@ async function detailInCatalog(
 ): Promise<ResourceDetailRow | undefined> {
   const whose = catalogShape(catalog);
   const [resource] = await RESOURCE_IN_CATALOG.run(trx, `${by}:${whose}`, which);
-  if (!resource || resource.current_version_id === null || resource.catalog_id !== catalog.id)
-    return undefined;
+  if (!resource || resource.current_version_id === null) return undefined;
   const [currentVersion] = await CURRENT_VERSION_IN_CATALOG.run(trx, whose, {
     versionId: resource.current_version_id,
   });
