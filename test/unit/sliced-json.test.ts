@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { SLICE_MS, yieldIfBusy } from '../../src/foundation/pace.js';
+import { nextTurn, SLICE_MS, yieldIfBusy } from '../../src/foundation/pace.js';
 import { jsonListParts, jsonTextParts, RawJsonParts } from '../../src/foundation/sliced-json.js';
 
 /** The parts jsonTextParts writes `value` in, joined. */
@@ -122,24 +122,33 @@ describe('work in slices', () => {
   });
 
   it('yieldIfBusy lets timers run once work has held the event loop for a slice, and not before', async () => {
-    // An idle spell before the first call: its turn is taken at once.
-    await yieldIfBusy();
     let ticked = 0;
     const timer = setInterval(() => ticked++, 1);
     const spin = (ms: number) => {
       const until = performance.now() + ms;
       while (performance.now() < until) {}
     };
-    spin(2);
-    await yieldIfBusy();
-    const afterShortWork = ticked;
+    // Short work after a turn: no turn. A machine that stops the process for a slice's length in
+    // between (a shared machine does, now and then) makes the work long, and then it must turn: such an
+    // attempt says nothing of short work and is made again.
+    let afterShortWork: number | undefined;
+    for (let attempt = 0; attempt < 5 && afterShortWork === undefined; attempt++) {
+      await nextTurn();
+      const started = performance.now();
+      const before = ticked;
+      spin(2);
+      const spun = performance.now() - started;
+      await yieldIfBusy();
+      if (spun < SLICE_MS / 2) afterShortWork = ticked - before;
+    }
+    expect(afterShortWork).toBe(0);
+    const beforeSlices = ticked;
     for (let slice = 0; slice < 5; slice++) {
       spin(SLICE_MS + 5);
       // A turn of the event loop: due timers run before the work goes on.
       await yieldIfBusy();
     }
     clearInterval(timer);
-    expect(afterShortWork).toBe(0);
-    expect(ticked).toBeGreaterThanOrEqual(4);
+    expect(ticked - beforeSlices).toBeGreaterThanOrEqual(4);
   });
 });
