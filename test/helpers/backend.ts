@@ -9,6 +9,7 @@ import {
   ListObjectsV2Command,
   S3Client,
 } from '@aws-sdk/client-s3';
+import { Kysely, type LogEvent, PostgresDialect, SqliteDialect } from 'kysely';
 import pg from 'pg';
 import { inject } from 'vitest';
 import { ContentReader } from '../../src/content/content-reader.js';
@@ -16,8 +17,9 @@ import type { ContentStore } from '../../src/content/content-store.js';
 import { DatabaseContentStore } from '../../src/content/database-store.js';
 import { DirectoryContentStore } from '../../src/content/directory-store.js';
 import { S3ContentStore } from '../../src/content/s3-store.js';
-import { createDatabases, type Databases } from '../../src/db/create-db.js';
+import { createDatabases, type Databases, sqliteDriver } from '../../src/db/create-db.js';
 import { migrateTo, migrateToLatest } from '../../src/db/migrate.js';
+import type { Database, Db } from '../../src/db/tables.js';
 import type { Observation } from '../../src/observability/observation.js';
 import { type ProductionServers, type S3Endpoint, uniqueName } from './servers.js';
 
@@ -202,4 +204,25 @@ async function createProductionBackend(
     redisUrl: servers.redisUrl,
     cleanup,
   };
+}
+
+/**
+ * A connection of the test's own to the backend's database, beside the service's (at most
+ * `connections` of them on PostgreSQL), whose statements `log` is told of: what a test counts or
+ * records of the statements a read sends.
+ *
+ * A PostgreSQL connection it loses is not an error of the test process: `destroy()` resolves before
+ * its connections have closed, and `cleanup()` then drops the database with FORCE, which may end one
+ * that is still closing. The pool would raise that as an uncaught error with no listener of its own.
+ */
+export function loggedDb(backend: TestBackend, log: (event: LogEvent) => void, connections = 1): Db {
+  const url = backend.env.PLAYBOOK_DATABASE_URL!;
+  if (url.startsWith('sqlite:')) {
+    const database = new (sqliteDriver())(url.slice('sqlite:'.length));
+    return new Kysely<Database>({ dialect: new SqliteDialect({ database }), log });
+  }
+  const pool = new pg.Pool({ connectionString: url, max: connections });
+  pool.on('error', () => {});
+  pool.on('connect', (client) => client.on('error', () => {}));
+  return new Kysely<Database>({ dialect: new PostgresDialect({ pool }), log });
 }

@@ -5,18 +5,15 @@ import { runInNewContext } from 'node:vm';
 import zlib from 'node:zlib';
 import type { TSchema } from '@sinclair/typebox';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { Kysely, type LogEvent, PostgresDialect, SqliteDialect } from 'kysely';
-import pg from 'pg';
 import { v7 as uuidv7 } from 'uuid';
 import type { Authenticator } from '../../src/auth/authenticator.js';
 import type { Principal } from '../../src/auth/principal.js';
 import { buildApp } from '../../src/composition/app.js';
-import { sqliteDriver } from '../../src/db/create-db.js';
-import type { Database, Db } from '../../src/db/tables.js';
+import type { Db } from '../../src/db/tables.js';
 import { Problem } from '../../src/schemas/common.js';
 import { playbookSchemas, type ResourcePin } from '../../src/schemas/playbook.js';
 import { unlimited } from './app.js';
-import type { TestBackend } from './backend.js';
+import { loggedDb, type TestBackend } from './backend.js';
 import { givenCatalog, givenStoredPins } from './fixtures.js';
 import { type ReadSide, readSide } from './read-side.js';
 
@@ -45,14 +42,13 @@ export function principalOf(accountId: string | null): Principal {
 
 /** A second connection to the backend's database that counts the statements reading stored pins. */
 export function countingDb(backend: TestBackend, counted: { pinReads: number }): Db {
-  const log = (event: LogEvent) => {
-    if (event.level === 'query' && /from "catalog_version_pins"/.test(event.query.sql)) counted.pinReads++;
-  };
-  const url = backend.env.PLAYBOOK_DATABASE_URL!;
-  const dialect = url.startsWith('sqlite:')
-    ? new SqliteDialect({ database: new (sqliteDriver())(url.slice('sqlite:'.length)) })
-    : new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 4 }) });
-  return new Kysely<Database>({ dialect, log });
+  return loggedDb(
+    backend,
+    (event) => {
+      if (event.level === 'query' && /from "catalog_version_pins"/.test(event.query.sql)) counted.pinReads++;
+    },
+    4,
+  );
 }
 
 /** A value serialized at once by a route whose response is `schema`: an answer's bytes before D30. */

@@ -1,8 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Type } from '@sinclair/typebox';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { Kysely, type LogEvent, PostgresDialect, SqliteDialect, type Updateable } from 'kysely';
-import pg from 'pg';
+import type { Updateable } from 'kysely';
 import { v7 as uuidv7 } from 'uuid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AnswerCache } from '../../src/answers/answer-cache.js';
@@ -10,13 +9,12 @@ import { answerKey } from '../../src/answers/answer-keys.js';
 import type { Authenticator } from '../../src/auth/authenticator.js';
 import type { Principal } from '../../src/auth/principal.js';
 import { buildApp } from '../../src/composition/app.js';
-import { sqliteDriver } from '../../src/db/create-db.js';
-import type { CatalogTable, Database, Db, ResourceTable } from '../../src/db/tables.js';
+import type { CatalogTable, Db, ResourceTable } from '../../src/db/tables.js';
 import { Answer } from '../../src/http/answer.js';
 import { Page, Problem } from '../../src/schemas/common.js';
 import { Catalog, playbookSchemas, ResourceDetail, ResourceListItem } from '../../src/schemas/playbook.js';
 import { unlimited } from '../helpers/app.js';
-import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { createTestBackend, loggedDb, type TestBackend } from '../helpers/backend.js';
 import { checkCatalog, checkPage, checkResourceDetail, checkResourceListItem } from '../helpers/contract.js';
 import {
   type GivenResource,
@@ -60,14 +58,13 @@ class AccountAuthenticator implements Authenticator {
 const key = (name: string) => answerKey('resource', null, name);
 
 function recordingDb(backend: TestBackend, statements: string[]): Db {
-  const log = (event: LogEvent) => {
-    if (event.level === 'query') statements.push(event.query.sql);
-  };
-  const url = backend.env.PLAYBOOK_DATABASE_URL!;
-  const dialect = url.startsWith('sqlite:')
-    ? new SqliteDialect({ database: new (sqliteDriver())(url.slice('sqlite:'.length)) })
-    : new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 2 }) });
-  return new Kysely<Database>({ dialect, log });
+  return loggedDb(
+    backend,
+    (event) => {
+      if (event.level === 'query') statements.push(event.query.sql);
+    },
+    2,
+  );
 }
 
 /**

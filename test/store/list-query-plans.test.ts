@@ -1,13 +1,11 @@
-import { CompiledQuery, Kysely, type LogEvent, PostgresDialect, SqliteDialect } from 'kysely';
-import pg from 'pg';
+import { CompiledQuery } from 'kysely';
 import { v7 as uuidv7 } from 'uuid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Principal } from '../../src/auth/principal.js';
 import * as repo from '../../src/catalog/read-repository.js';
-import { sqliteDriver } from '../../src/db/create-db.js';
-import type { Database, Db } from '../../src/db/tables.js';
+import type { Db } from '../../src/db/tables.js';
 import { RESOURCE_KINDS, type ResourceKind } from '../../src/schemas/playbook.js';
-import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { createTestBackend, loggedDb, type TestBackend } from '../helpers/backend.js';
 import { seedCatalog } from './support.js';
 
 /**
@@ -35,16 +33,9 @@ interface Captured {
 
 /** A second connection to the same database that records every statement the repository sends. */
 function recordingDb(backend: TestBackend, captured: Captured[]): { db: Db; close(): Promise<void> } {
-  const log = (event: LogEvent) => {
-    if (event.level === 'query') {
-      captured.push({ sql: event.query.sql, parameters: event.query.parameters });
-    }
-  };
-  const url = backend.env.PLAYBOOK_DATABASE_URL!;
-  const dialect = url.startsWith('sqlite:')
-    ? new SqliteDialect({ database: new (sqliteDriver())(url.slice('sqlite:'.length)) })
-    : new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) });
-  const db = new Kysely<Database>({ dialect, log });
+  const db = loggedDb(backend, (event) => {
+    if (event.level === 'query') captured.push({ sql: event.query.sql, parameters: event.query.parameters });
+  });
   return { db, close: () => db.destroy() };
 }
 

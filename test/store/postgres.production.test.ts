@@ -11,7 +11,7 @@ import {
   type PostgresLimits,
 } from '../../src/db/create-db.js';
 import { handleError } from '../../src/http/problem.js';
-import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { createTestBackend, loggedDb, type TestBackend } from '../helpers/backend.js';
 import { freePort } from '../helpers/servers.js';
 
 /**
@@ -199,5 +199,46 @@ describe('PostgreSQL failures become 503 problem documents', () => {
     } finally {
       execFileSync('kill', ['-CONT', String(pid)]);
     }
+  });
+});
+
+describe("A test's own connections (loggedDb)", () => {
+  /** Ends the server processes of `pids`, as `cleanup()` does when it drops the database with FORCE. */
+  async function terminate(pids: readonly number[]): Promise<void> {
+    const admin = new pg.Client({ connectionString: url() });
+    await admin.connect();
+    try {
+      await admin.query('select pg_terminate_backend(pid) from unnest($1::int[]) as pid', [pids]);
+    } finally {
+      await admin.end();
+    }
+  }
+
+  it('lose a connection the server ends, idle or closing, with no uncaught error, and replace it', async () => {
+    const db = loggedDb(backend, () => {}, 2);
+    const pids = async () => {
+      const both = await Promise.all(
+        [0, 1].map(() => sql<{ pid: number }>`select pg_backend_pid() as pid, pg_sleep(0.05)`.execute(db)),
+      );
+      return both.map(({ rows }) => rows[0]!.pid);
+    };
+    const uncaught: unknown[] = [];
+    const collect = (error: unknown) => uncaught.push(error);
+    process.on('uncaughtException', collect);
+    try {
+      // Idle in the pool: the server's FATAL message comes to a connection nobody holds.
+      await terminate(await pids());
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const { rows } = await sql<{ one: number }>`select 1 as one`.execute(db);
+      expect(rows[0]!.one).toBe(1);
+      // Closing: the pool's end resolves before its connections have closed.
+      const last = await pids();
+      await db.destroy();
+      await terminate(last);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    } finally {
+      process.off('uncaughtException', collect);
+    }
+    expect(uncaught).toEqual([]);
   });
 });
