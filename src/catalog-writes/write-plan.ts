@@ -1,9 +1,10 @@
-import { PostgresAdapter, sql } from 'kysely';
+import { sql } from 'kysely';
 import { createAccountIfAbsent } from '../accounts/accounts.js';
 import { writeStoredPins } from '../catalog/stored-pins.js';
 import type { WriteScope } from '../changes/unit-of-work.js';
 import type { ContentStore } from '../content/content-store.js';
 import { chunk, MAX_IN_LIST, mapWithLimit, progressCounter, rowsPerInsert } from '../db/batches.js';
+import { dialectOf } from '../db/tables.js';
 import { yieldIfBusy } from '../foundation/pace.js';
 import type { ResourceSource } from './catalog-input.js';
 import type { ImportPlan, PlannedVersion } from './plan.js';
@@ -103,7 +104,7 @@ export async function writePlan(
     await writeStoredPins(trx, version.id, pins());
   }
 
-  if (plan.newVersions.length >= CUSTOM_PLANS_FROM && trx.getExecutor().adapter instanceof PostgresAdapter) {
+  if (plan.newVersions.length >= CUSTOM_PLANS_FROM && dialectOf(trx) === 'postgres') {
     // Each new version's row is checked against its Resource (a foreign key), by a query PostgreSQL
     // plans once per connection and keeps: planned while the Resources inserted so far were few, it
     // scans the table, and a write of 100,000 reads 5 billion rows. Planned for each row instead,

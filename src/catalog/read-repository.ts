@@ -1,13 +1,14 @@
-import { type Expression, type ExpressionBuilder, type SqlBool, SqliteAdapter, sql } from 'kysely';
+import { type Expression, type ExpressionBuilder, type SqlBool, sql } from 'kysely';
 import type { Principal } from '../auth/principal.js';
 import { everyColumnOf, PreparedQuery } from '../db/prepared-query.js';
-import type {
-  CatalogRow,
-  CatalogVersionRow,
-  Database,
-  Db,
-  ResourceRow,
-  ResourceVersionRow,
+import {
+  type CatalogRow,
+  type CatalogVersionRow,
+  type Database,
+  type Db,
+  dialectOf,
+  type ResourceRow,
+  type ResourceVersionRow,
 } from '../db/tables.js';
 import type { PageWindow } from '../foundation/paging.js';
 import type { SourceScope } from '../schemas/common.js';
@@ -497,7 +498,7 @@ export async function findResourceByRef(
  * each statement is a round trip.
  */
 function searchesByKey(db: Db): boolean {
-  return db.getExecutor().adapter instanceof SqliteAdapter;
+  return dialectOf(db) === 'sqlite';
 }
 
 /**

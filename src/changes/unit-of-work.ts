@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { PostgresAdapter, sql } from 'kysely';
-import type { Db } from '../db/tables.js';
+import { sql } from 'kysely';
+import { type Db, dialectOf } from '../db/tables.js';
 import { WriteContentionError } from '../foundation/errors.js';
 import { nextTurn } from '../foundation/pace.js';
 import { Metrics } from '../observability/metrics.js';
@@ -249,7 +249,7 @@ export class UnitOfWork {
  * takes its write lock, and a deferred transaction's snapshot starts with it.
  */
 async function claimHead(trx: Db, waitMs: number): Promise<void> {
-  if (trx.getExecutor().adapter instanceof PostgresAdapter) {
+  if (dialectOf(trx) === 'postgres') {
     // Waiting longer is a conflict (55P03), tried again after a pause, rather than the statement
     // timeout, which reads as an outage.
     await sql`select set_config('lock_timeout', ${`${waitMs}ms`}, true)`.execute(trx);

@@ -1,5 +1,5 @@
-import { SqliteAdapter, sql } from 'kysely';
-import type { Db } from './tables.js';
+import { sql } from 'kysely';
+import { type Db, dialectOf } from './tables.js';
 
 /**
  * Runs `work` in a transaction whose commit, on SQLite, does not wait for the disk: for bookkeeping
@@ -17,7 +17,7 @@ import type { Db } from './tables.js';
  * PostgreSQL commits off the event loop: the transaction is an ordinary one there, and as durable.
  */
 export async function deferredFlushTransaction<T>(db: Db, work: (trx: Db) => Promise<T>): Promise<T> {
-  if (!(db.getExecutor().adapter instanceof SqliteAdapter)) return db.transaction().execute(work);
+  if (dialectOf(db) !== 'sqlite') return db.transaction().execute(work);
   return db.connection().execute(async (connection) => {
     const { rows } = await sql<{ synchronous: number }>`pragma synchronous`.execute(connection);
     const setting = Number(rows[0]?.synchronous);

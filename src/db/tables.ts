@@ -1,4 +1,4 @@
-import type { ColumnType, Insertable, Kysely, Selectable } from 'kysely';
+import { type ColumnType, type Insertable, type Kysely, type Selectable, SqliteAdapter } from 'kysely';
 import type { Environment } from '../schemas/api-key-format.js';
 import type { LifecycleStatus } from '../schemas/common.js';
 import type { ResourceKind, StorageBackend, VersionStatus } from '../schemas/playbook.js';
@@ -227,6 +227,11 @@ export type Db = Kysely<Database>;
 
 /** The SQL dialects the service runs on: the embedded default, and production. */
 export type Dialect = 'sqlite' | 'postgres';
+
+/** The dialect `db` (or a transaction of it) speaks: what the few statements written for one ask. */
+export function dialectOf(db: Db): Dialect {
+  return db.getExecutor().adapter instanceof SqliteAdapter ? 'sqlite' : 'postgres';
+}
 
 export type CatalogRow = Selectable<CatalogTable>;
 export type CatalogVersionRow = Selectable<CatalogVersionTable>;

@@ -1,8 +1,8 @@
-import { PostgresAdapter, type RawBuilder, sql } from 'kysely';
+import { type RawBuilder, sql } from 'kysely';
 import type { AppendedChanges } from '../changes/unit-of-work.js';
 import { chunk, MAX_IN_LIST, rowsPerInsert } from '../db/batches.js';
 import { deferredFlushTransaction } from '../db/deferred-flush.js';
-import type { Db, WebhookDeliveryRow, WebhookEndpointRow } from '../db/tables.js';
+import { type Db, dialectOf, type WebhookDeliveryRow, type WebhookEndpointRow } from '../db/tables.js';
 import { CHANGE_TYPES } from '../schemas/audit.js';
 import { EVERY_EVENT, type WebhookDeliveryStatus } from '../schemas/webhooks.js';
 
@@ -21,7 +21,7 @@ export const SERVICE_EVENT_TYPES = CHANGE_TYPES.filter(
 /** Attempts kept per insert statement (10 values each). */
 const ATTEMPTS_PER_INSERT = Math.min(500, rowsPerInsert(10));
 
-const isPostgres = (db: Db) => db.getExecutor().adapter instanceof PostgresAdapter;
+const isPostgres = (db: Db) => dialectOf(db) === 'postgres';
 
 const PENDING = sql.lit<'pending'>('pending');
 
