@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFile as readFileCallback, readSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { PRIVATE_DIRECTORY_MODE, PRIVATE_FILE_MODE } from '../foundation/private-files.js';
 import { ContentNotFoundError, type ContentStore } from './content-store.js';
 
@@ -13,6 +14,9 @@ import { ContentNotFoundError, type ContentStore } from './content-store.js';
  * larger file is read in the background, so that no read of one holds the others up (D20).
  */
 export const READ_AT_ONCE_BYTES = 64 * 1024;
+
+/** A file read in the background through a descriptor already open (the promise API takes a handle). */
+const readInBackground = promisify(readFileCallback);
 
 /**
  * The embedded object store: one file per content hash under a local directory, fanned out by the
@@ -50,12 +54,20 @@ export class DirectoryContentStore implements ContentStore {
   }
 
   async get(hash: string): Promise<string> {
-    const file = this.pathOf(hash);
+    let descriptor: number;
     try {
-      return readSmallFile(file, READ_AT_ONCE_BYTES) ?? (await fs.readFile(file, 'utf8'));
+      descriptor = openSync(this.pathOf(hash), 'r');
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') throw new ContentNotFoundError(hash);
       throw error;
+    }
+    try {
+      const { size } = fstatSync(descriptor);
+      return size <= READ_AT_ONCE_BYTES
+        ? readAtOnce(descriptor, size)
+        : await readInBackground(descriptor, 'utf8');
+    } finally {
+      closeSync(descriptor);
     }
   }
 
@@ -74,21 +86,14 @@ async function exists(file: string): Promise<boolean> {
   }
 }
 
-/** The text of `file` when it holds at most `limit` bytes, read at once; undefined when it is larger. */
-function readSmallFile(file: string, limit: number): string | undefined {
-  const descriptor = openSync(file, 'r');
-  try {
-    const { size } = fstatSync(descriptor);
-    if (size > limit) return undefined;
-    const bytes = Buffer.allocUnsafe(size);
-    let read = 0;
-    while (read < size) {
-      const got = readSync(descriptor, bytes, read, size - read, read);
-      if (got === 0) break;
-      read += got;
-    }
-    return bytes.toString('utf8', 0, read);
-  } finally {
-    closeSync(descriptor);
+/** The text of the open file `descriptor`, of `size` bytes, read on this thread. */
+function readAtOnce(descriptor: number, size: number): string {
+  const bytes = Buffer.allocUnsafe(size);
+  let read = 0;
+  while (read < size) {
+    const got = readSync(descriptor, bytes, read, size - read, read);
+    if (got === 0) break;
+    read += got;
   }
+  return bytes.toString('utf8', 0, read);
 }
