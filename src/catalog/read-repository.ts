@@ -14,9 +14,11 @@ import type { PageWindow } from '../foundation/paging.js';
 import type { SourceScope } from '../schemas/common.js';
 import type { ResourceKind } from '../schemas/playbook.js';
 import {
+  type CatalogOwner,
   catalogVisibleTo,
   currentVersionVisible,
   currentVersionVisibleIn,
+  ownerOf,
   resourceVisibleIn,
   resourceVisibleTo,
   type Viewer,
@@ -271,7 +273,7 @@ function resourcesOf(db: Db, catalog: VisibleCatalog, kinds: readonly ResourceKi
   let query = db
     .selectFrom('resources')
     .where('resources.catalog_id', '=', catalog.id)
-    .where(resourceVisibleIn(catalog));
+    .where(resourceVisibleIn(ownerOf(catalog)));
   if (kinds.length > 0) query = query.where('resources.kind', 'in', [...kinds]);
   return query;
 }
@@ -357,7 +359,7 @@ export async function listResources(
   const rows = await db
     .selectFrom('resources')
     .leftJoin('resource_versions as v', (on) =>
-      on.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisibleIn(catalog)),
+      on.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisibleIn(ownerOf(catalog))),
     )
     .selectAll('resources')
     .select(prefixed('v', VERSION_SUMMARY_COLUMNS))
@@ -449,10 +451,12 @@ export async function findResource(
         accountId: principal.accountId,
         catalogId: resource.catalog_id,
       });
-      return (
-        catalog &&
-        detailInCatalog(trx, catalog, 'id', { resourceId, catalogId: catalog.id, resourceSlug: '' })
-      );
+      if (!catalog) return undefined;
+      const [found] = await RESOURCE_BY_ID_IN_CATALOG.run(trx, ownerOf(catalog), {
+        catalogId: catalog.id,
+        resourceId,
+      });
+      return found && detailOfResource(trx, catalog, found);
     });
   }
   const rows = await DETAIL_BY_ID.run(db, viewShape(principal), {
@@ -477,10 +481,12 @@ export async function findResourceByRef(
         accountId: principal.accountId,
         catalogSlug,
       });
-      return (
-        catalog &&
-        detailInCatalog(trx, catalog, 'slug', { resourceId: '', catalogId: catalog.id, resourceSlug })
-      );
+      if (!catalog) return undefined;
+      const [found] = await RESOURCE_BY_SLUG_IN_CATALOG.run(trx, ownerOf(catalog), {
+        catalogId: catalog.id,
+        resourceSlug,
+      });
+      return found && detailOfResource(trx, catalog, found);
     });
   }
   const rows = await DETAIL_BY_REF.run(db, `${owner}:${viewShape(principal)}`, {
@@ -509,15 +515,6 @@ function inOneSnapshot<T>(db: Db, read: (trx: Db) => Promise<T>): Promise<T> {
   return db.transaction().execute(read);
 }
 
-/** Whose Catalog a prepared query of a Catalog already found visible is built for. */
-type CatalogShape = 'svc' | 'account';
-
-const catalogShape = (catalog: VisibleCatalog): CatalogShape =>
-  catalog.account_id === null ? 'svc' : 'account';
-
-/** A stand-in for a visible Catalog of `shape` in the rules of visibility.ts, which ask only whose it is. */
-const catalogOfShape = (shape: CatalogShape) => ({ account_id: shape === 'svc' ? null : '' });
-
 const CATALOG_OF_RESOURCE = new PreparedQuery(['resourceId'], (db, slot, _shape: 'any') =>
   db.selectFrom('resources').select('resources.catalog_id').where('resources.id', '=', slot.resourceId),
 );
@@ -543,27 +540,39 @@ const VISIBLE_CATALOG_BY_SLUG = new PreparedQuery(
   },
 );
 
-const RESOURCE_IN_CATALOG = new PreparedQuery(
-  ['resourceId', 'catalogId', 'resourceSlug'],
-  (db, slot, shape: `${'id' | 'slug'}:${CatalogShape}`) => {
-    const [by, whose] = shape.split(':') as ['id' | 'slug', CatalogShape];
-    return db
-      .selectFrom('resources')
-      .select(RESOURCE_COLUMNS.map((column) => `resources.${column}` as const))
-      .where('resources.catalog_id', '=', slot.catalogId)
-      .where((eb) =>
-        by === 'id' ? eb('resources.id', '=', slot.resourceId) : eb('resources.slug', '=', slot.resourceSlug),
-      )
-      .where(resourceVisibleIn(catalogOfShape(whose)));
-  },
+/** A Resource of a Catalog found visible, owned by `owner`, that `which` names. */
+function resourceInCatalog(
+  db: Db,
+  owner: CatalogOwner,
+  catalogId: string,
+  which: (eb: ExpressionBuilder<Database, 'resources'>) => Expression<SqlBool>,
+) {
+  return db
+    .selectFrom('resources')
+    .select(RESOURCE_COLUMNS.map((column) => `resources.${column}` as const))
+    .where('resources.catalog_id', '=', catalogId)
+    .where(which)
+    .where(resourceVisibleIn(owner));
+}
+
+const RESOURCE_BY_ID_IN_CATALOG = new PreparedQuery(
+  ['catalogId', 'resourceId'],
+  (db, slot, owner: CatalogOwner) =>
+    resourceInCatalog(db, owner, slot.catalogId, (eb) => eb('resources.id', '=', slot.resourceId)),
 );
 
-const CURRENT_VERSION_IN_CATALOG = new PreparedQuery(['versionId'], (db, slot, shape: CatalogShape) =>
+const RESOURCE_BY_SLUG_IN_CATALOG = new PreparedQuery(
+  ['catalogId', 'resourceSlug'],
+  (db, slot, owner: CatalogOwner) =>
+    resourceInCatalog(db, owner, slot.catalogId, (eb) => eb('resources.slug', '=', slot.resourceSlug)),
+);
+
+const CURRENT_VERSION_IN_CATALOG = new PreparedQuery(['versionId'], (db, slot, owner: CatalogOwner) =>
   db
     .selectFrom('resource_versions as v')
     .select(VERSION_DETAIL_COLUMNS.map((column) => `v.${column}` as const))
     .where('v.id', '=', slot.versionId)
-    .where(currentVersionVisibleIn(catalogOfShape(shape))),
+    .where(currentVersionVisibleIn(owner)),
 );
 
 const STORED_CONTENT = new PreparedQuery(['contentHash'], (db, slot, _shape: 'any') =>
@@ -574,19 +583,16 @@ const STORED_CONTENT = new PreparedQuery(['contentHash'], (db, slot, _shape: 'an
 );
 
 /**
- * The detail of the Resource of a Catalog found visible, a table at a time: the Resource by id (or by
- * slug in the Catalog), its current version, and its content when the database holds it.
+ * The detail of a Resource found visible in a Catalog found visible, the rest of it a table at a time:
+ * its current version, and its content when the database holds it.
  */
-async function detailInCatalog(
+async function detailOfResource(
   trx: Db,
   catalog: VisibleCatalog,
-  by: 'id' | 'slug',
-  which: { readonly resourceId: string; readonly catalogId: string; readonly resourceSlug: string },
+  resource: ResourceRow,
 ): Promise<ResourceDetailRow | undefined> {
-  const whose = catalogShape(catalog);
-  const [resource] = await RESOURCE_IN_CATALOG.run(trx, `${by}:${whose}`, which);
-  if (!resource || resource.current_version_id === null) return undefined;
-  const [currentVersion] = await CURRENT_VERSION_IN_CATALOG.run(trx, whose, {
+  if (resource.current_version_id === null) return undefined;
+  const [currentVersion] = await CURRENT_VERSION_IN_CATALOG.run(trx, ownerOf(catalog), {
     versionId: resource.current_version_id,
   });
   if (!currentVersion) return undefined;

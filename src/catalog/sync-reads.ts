@@ -20,6 +20,7 @@ import {
   catalogVisibleTo,
   currentVersionVisible,
   currentVersionVisibleIn,
+  ownerOf,
   resourceVisibleIn,
   resourceVisibleTo,
 } from './visibility.js';
@@ -138,12 +139,12 @@ export async function visibleResourcesAfter(
   const rows = await db
     .selectFrom('resources')
     .leftJoin('resource_versions as v', (on) =>
-      on.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisibleIn(catalog)),
+      on.onRef('v.id', '=', 'resources.current_version_id').on(currentVersionVisibleIn(ownerOf(catalog))),
     )
     .selectAll('resources')
     .select(prefixed('v', VERSION_SUMMARY_COLUMNS))
     .where('resources.catalog_id', '=', catalog.id)
-    .where(resourceVisibleIn(catalog))
+    .where(resourceVisibleIn(ownerOf(catalog)))
     .where('resources.slug', '>', afterSlug)
     .$if(unchangedIn !== undefined, (query) =>
       query.where(({ not, exists, selectFrom }) =>

@@ -37,13 +37,22 @@ export function resourceVisibleTo(principal: Viewer) {
 }
 
 /**
- * The Resources of a Catalog already found visible (`catalogVisibleTo`): every one of an account's
- * Catalog, and a service-owned Catalog's that are not drafts. Needs no join, so a page of ids is read
- * from an index alone.
+ * Whose a Catalog is: the rules for what is in a Catalog already found visible ask nothing else of it
+ * (and a statement prepared for one of them is prepared for every Catalog of the same owner).
  */
-export function resourceVisibleIn(catalog: { readonly account_id: string | null }) {
+export type CatalogOwner = 'svc' | 'account';
+
+export const ownerOf = (catalog: { readonly account_id: string | null }): CatalogOwner =>
+  catalog.account_id === null ? 'svc' : 'account';
+
+/**
+ * The Resources of a Catalog already found visible (`catalogVisibleTo`), owned by `owner`: every one
+ * of an account's Catalog, and a service-owned Catalog's that are not drafts. Needs no join, so a page
+ * of ids is read from an index alone.
+ */
+export function resourceVisibleIn(owner: CatalogOwner) {
   return (eb: ExpressionBuilder<Database, 'resources'>): Expression<SqlBool> =>
-    catalog.account_id === null ? eb('resources.status', '!=', 'draft') : eb.lit(true);
+    owner === 'svc' ? eb('resources.status', '!=', 'draft') : eb.lit(true);
 }
 
 /** A version of a visible Resource, unless it is a service-owned draft version. */
@@ -70,9 +79,9 @@ export function currentVersionVisible(eb: ExpressionBuilder<WithCurrentVersion, 
 }
 
 /** `currentVersionVisible` for the Resources of a Catalog already found visible, without joining it. */
-export function currentVersionVisibleIn(catalog: { readonly account_id: string | null }) {
+export function currentVersionVisibleIn(owner: CatalogOwner) {
   return (eb: ExpressionBuilder<WithCurrentVersion, 'v'>): Expression<SqlBool> =>
-    catalog.account_id === null ? eb('v.status', '!=', 'draft') : eb.lit(true);
+    owner === 'svc' ? eb('v.status', '!=', 'draft') : eb.lit(true);
 }
 
 /**
