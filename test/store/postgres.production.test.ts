@@ -225,6 +225,7 @@ describe("A test's own connections (loggedDb)", () => {
     const uncaught: unknown[] = [];
     const collect = (error: unknown) => uncaught.push(error);
     process.on('uncaughtException', collect);
+    let closed = false;
     try {
       // Idle in the pool: the server's FATAL message comes to a connection nobody holds.
       await terminate(await pids());
@@ -233,11 +234,13 @@ describe("A test's own connections (loggedDb)", () => {
       expect(rows[0]!.one).toBe(1);
       // Closing: the pool's end resolves before its connections have closed.
       const last = await pids();
+      closed = true;
       await db.destroy();
       await terminate(last);
       await new Promise((resolve) => setTimeout(resolve, 300));
     } finally {
       process.off('uncaughtException', collect);
+      if (!closed) await db.destroy();
     }
     expect(uncaught).toEqual([]);
   });
