@@ -195,6 +195,21 @@ function openPostgres(
   });
 }
 
+/**
+ * Makes a connection `pool` loses (a server shutdown, a terminated backend, a database dropped while
+ * the pool closes) something the pool gets over rather than an uncaught exception of the process. An
+ * idle client's error goes to the pool, which replaces it. pg-pool removes its own error listener while
+ * a client is lent out, so a connection that drops between two queries of a checked-out client needs
+ * one of its own: pg marks such a client unqueryable, and the pool discards it on release. A query
+ * that is running when its connection drops still fails with the error.
+ */
+export function survivingLostConnections(pool: Pool): void {
+  pool.on('error', () => {});
+  pool.on('connect', (client) => {
+    client.on('error', () => {});
+  });
+}
+
 async function postgresPool(
   url: string,
   role: PostgresRole,
@@ -216,14 +231,7 @@ async function postgresPool(
     // Names the pool in pg_stat_activity, so that operators tell writers from readers.
     application_name: role === 'primary' ? 'playbook' : `playbook-${role}`,
   });
-  // An idle client that loses its connection must not crash the process; the pool replaces it.
-  pool.on('error', () => {});
-  // pg-pool removes its own error listener while a client is lent out, so a connection that drops
-  // between two queries of a checked-out client (a server shutdown, a terminated backend) would be an
-  // uncaught exception. pg marks such a client unqueryable, and the pool discards it on release.
-  pool.on('connect', (client) => {
-    client.on('error', () => {});
-  });
+  survivingLostConnections(pool);
   observation.metrics.observePool(role, pool);
   // A connection that cannot be opened is a failed use of the database too, timed as one (D31).
   const database = role === 'reader' ? 'reader' : 'primary';

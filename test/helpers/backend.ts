@@ -17,7 +17,12 @@ import type { ContentStore } from '../../src/content/content-store.js';
 import { DatabaseContentStore } from '../../src/content/database-store.js';
 import { DirectoryContentStore } from '../../src/content/directory-store.js';
 import { S3ContentStore } from '../../src/content/s3-store.js';
-import { createDatabases, type Databases, sqliteDriver } from '../../src/db/create-db.js';
+import {
+  createDatabases,
+  type Databases,
+  sqliteDriver,
+  survivingLostConnections,
+} from '../../src/db/create-db.js';
 import { migrateTo, migrateToLatest } from '../../src/db/migrate.js';
 import type { Database, Db } from '../../src/db/tables.js';
 import type { Observation } from '../../src/observability/observation.js';
@@ -211,9 +216,9 @@ async function createProductionBackend(
  * `connections` of them on PostgreSQL), whose statements `log` is told of: what a test counts or
  * records of the statements a read sends.
  *
- * A PostgreSQL connection it loses is not an error of the test process: `destroy()` resolves before
- * its connections have closed, and `cleanup()` then drops the database with FORCE, which may end one
- * that is still closing. The pool would raise that as an uncaught error with no listener of its own.
+ * A PostgreSQL connection it loses is not an error of the test process, as for the service's pools:
+ * `destroy()` resolves before its connections have closed, and `cleanup()` then drops the database
+ * with FORCE, which may end one that is still closing.
  */
 export function loggedDb(backend: TestBackend, log: (event: LogEvent) => void, connections = 1): Db {
   const url = backend.env.PLAYBOOK_DATABASE_URL!;
@@ -222,7 +227,6 @@ export function loggedDb(backend: TestBackend, log: (event: LogEvent) => void, c
     return new Kysely<Database>({ dialect: new SqliteDialect({ database }), log });
   }
   const pool = new pg.Pool({ connectionString: url, max: connections });
-  pool.on('error', () => {});
-  pool.on('connect', (client) => client.on('error', () => {}));
+  survivingLostConnections(pool);
   return new Kysely<Database>({ dialect: new PostgresDialect({ pool }), log });
 }
