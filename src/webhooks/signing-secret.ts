@@ -63,11 +63,15 @@ export function openSecret(keys: DeploymentKeys, endpointId: string, stored: Sea
   }
   if (!stored.sealed.startsWith(SEALED_PREFIX)) throw new SealedSecretError('unknown form of sealed secret');
   const bytes = Buffer.from(stored.sealed.slice(SEALED_PREFIX.length), 'base64url');
+  if (bytes.length <= IV_BYTES + TAG_BYTES)
+    throw new SealedSecretError('the sealed signing secret is cut short');
   const iv = bytes.subarray(0, IV_BYTES);
   const tag = bytes.subarray(bytes.length - TAG_BYTES);
   const body = bytes.subarray(IV_BYTES, bytes.length - TAG_BYTES);
   try {
-    const decipher = createDecipheriv('aes-256-gcm', key.derive('webhook-secret'), iv);
+    const decipher = createDecipheriv('aes-256-gcm', key.derive('webhook-secret'), iv, {
+      authTagLength: TAG_BYTES,
+    });
     decipher.setAAD(Buffer.from(endpointId));
     decipher.setAuthTag(tag);
     return Buffer.concat([decipher.update(body), decipher.final()]).toString('utf8');

@@ -50,8 +50,28 @@ describe('webhook signing secrets (D28)', () => {
     const keys = new DeploymentKeys([newKey]);
     const sealed = sealSecret(keys, 'endpoint-1', generateSigningSecret());
     expect(() => openSecret(keys, 'endpoint-2', sealed)).toThrow(SealedSecretError);
-    const altered = `${sealed.sealed.slice(0, -2)}${sealed.sealed.endsWith('A') ? 'B' : 'A'}A`;
-    expect(() => openSecret(keys, 'endpoint-1', { ...sealed, sealed: altered })).toThrow(SealedSecretError);
+    // One bit flipped in the nonce, in the ciphertext and in the tag; then the text cut short. Altering
+    // the text's characters instead can miss: the last base64 character carries bits no byte holds.
+    const prefix = sealed.sealed.slice(0, sealed.sealed.indexOf('.') + 1);
+    const bytes = Buffer.from(sealed.sealed.slice(prefix.length), 'base64url');
+    const sealedAs = (altered: Buffer) => ({
+      ...sealed,
+      sealed: `${prefix}${altered.toString('base64url')}`,
+    });
+    expect(openSecret(keys, 'endpoint-1', sealedAs(bytes))).toMatch(/^whsec_/);
+    for (const at of [0, 12, bytes.length - 1]) {
+      const flipped = Buffer.from(bytes);
+      flipped[at] = (flipped[at] as number) ^ 0x01;
+      expect(() => openSecret(keys, 'endpoint-1', sealedAs(flipped))).toThrow(SealedSecretError);
+    }
+    expect(() => openSecret(keys, 'endpoint-1', sealedAs(bytes.subarray(0, bytes.length - 12)))).toThrow(
+      SealedSecretError,
+    );
+    for (const length of [8, 20, 28]) {
+      expect(() => openSecret(keys, 'endpoint-1', sealedAs(bytes.subarray(0, length)))).toThrow(
+        SealedSecretError,
+      );
+    }
   });
 
   it('sign as the standardwebhooks package verifies, and as its own signer signs', () => {
