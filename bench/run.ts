@@ -118,13 +118,14 @@ function median(values: readonly number[]): number {
   return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
 }
 
-/** Each figure's median over the rounds; errors are summed. */
+/** Each figure's median over the rounds; errors and requests are summed. */
 function medianOf(results: readonly LoadResult[]): LoadResult {
   return {
     rps: median(results.map((r) => r.rps)),
     p50Ms: median(results.map((r) => r.p50Ms)),
     p99Ms: median(results.map((r) => r.p99Ms)),
     errors: results.reduce((sum, r) => sum + r.errors, 0),
+    requests: results.reduce((sum, r) => sum + r.requests, 0),
   };
 }
 

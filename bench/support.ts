@@ -115,6 +115,17 @@ export function peakRssMb(pid: number): number {
   return match ? Number(match[1]) / 1024 : Number.NaN;
 }
 
+/**
+ * The CPU time a process has used so far, all of its threads, in milliseconds (`/proc/PID/stat`'s
+ * utime and stime, which Linux counts in hundredths of a second whatever the kernel's own tick).
+ */
+export function cpuMs(pid: number): number {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // The command's name, in parentheses, may hold spaces: the fields are counted after its end.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
 /** Runs a command line of the service to its end and returns its stdout; stderr goes to ours. */
 export function cli(args: readonly string[], env: NodeJS.ProcessEnv): string {
   return execFileSync(process.execPath, [CLI, ...args], {
@@ -217,6 +228,8 @@ export interface LoadResult {
   readonly p99Ms: number;
   /** Answers whose status was neither 2xx nor 3xx, as wrk counts them. */
   readonly errors: number;
+  /** Requests answered in the run. */
+  readonly requests: number;
 }
 
 function milliseconds(text: string): number {
@@ -263,9 +276,10 @@ export function wrk(
   const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(output)?.[1] ?? 0);
   const socketErrors = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(output);
   const errors = non2xx + (socketErrors ? socketErrors.slice(1).reduce((sum, n) => sum + Number(n), 0) : 0);
-  if (!Number.isFinite(rps) || !Number.isFinite(p99Ms))
+  const requests = Number(/(\d+) requests in /.exec(output)?.[1]);
+  if (!Number.isFinite(rps) || !Number.isFinite(p99Ms) || !Number.isFinite(requests))
     throw new Error(`could not read wrk's output:\n${output}`);
-  return { rps, p50Ms, p99Ms, errors };
+  return { rps, p50Ms, p99Ms, errors, requests };
 }
 
 /**
