@@ -464,11 +464,14 @@ describe('the TypeScript client (D24)', () => {
     let silent: http.Server;
     let silentUrl: string;
     let connections = 0;
+    /** What a test does as the silent peer takes a request. */
+    let taken = () => {};
 
     beforeAll(async () => {
       // A peer that accepts requests and never answers them.
       silent = http.createServer(() => {
         connections++;
+        taken();
       });
       await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
       silentUrl = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
@@ -498,11 +501,15 @@ describe('the TypeScript client (D24)', () => {
       connections = 0;
       const playbook = new Playbook({ apiKey, baseUrl: silentUrl, timeoutMs: 10_000, retryBaseMs: 10 });
       const controller = new AbortController();
-      setTimeout(() => controller.abort(), 100);
+      // Aborted once the peer holds the request: a timer could fire before the request got there.
+      taken = () => controller.abort();
       const started = performance.now();
       const aborted = await playbook.resources
         .getByRef('svc', 'handbook', 'alpha', { signal: controller.signal })
-        .catch((e: unknown) => e);
+        .catch((e: unknown) => e)
+        .finally(() => {
+          taken = () => {};
+        });
       expect(aborted).toMatchObject({ name: 'AbortError' });
       expect(aborted).not.toBeInstanceOf(PlaybookError);
       expect(performance.now() - started).toBeLessThan(2_000);

@@ -443,6 +443,17 @@ describe('an endpoint failing for days is disabled, as a change of the log (D28)
       await instance.app.inject({ url: '/v3/identity/audit-events?accountId=acme', headers: ada })
     ).json();
     expect(audit.data[0]).toMatchObject({ action: 'webhook_endpoint.disabled', actor: { type: 'service' } });
+    // An attempt that began before the endpoint was disabled may still be on its way: its delivery's
+    // lease is let go once its outcome is kept, which is after the endpoint answered it.
+    await waitFor('no attempt in flight', async () => {
+      const leased = await backend.databases.primary
+        .selectFrom('webhook_deliveries')
+        .select('id')
+        .where('endpoint_id', '=', hook.id)
+        .where('lease_token', 'is not', null)
+        .execute();
+      return leased.length === 0;
+    });
     const seen = receiver.received.length;
     await sleep(800);
     expect(receiver.received.length).toBe(seen);

