@@ -721,8 +721,8 @@ end
       // Warm both (the page cache of their files, the JIT), then alternate who goes first.
       wrk(cold.base, { ...oursLoad, seconds: 5 });
       wrk(naiveBase, { ...naiveLoad, seconds: 5 });
-      // Each load's CPU time per request in the server's process, besides its rate: a rate moves with
-      // whatever else the machine runs, the CPU a request costs much less.
+      // Each load's CPU time per request in the server's process, besides its rate: a rate falls
+      // whenever other work takes the server's core, a time the CPU per request leaves out.
       const costed = (base: string, load: typeof oursLoad, pid: number) => {
         const before = cpuMs(pid);
         const result = wrk(base, load);
