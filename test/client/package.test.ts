@@ -8,6 +8,7 @@ import { listenLocally } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
+import { waitFor } from '../helpers/wait.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const run = promisify(execFile);
@@ -104,12 +105,8 @@ describe('@playbook/client in this repository (D24)', () => {
         stdout += chunk.toString();
       });
       const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
-      const until = async (what: string, probe: () => Promise<boolean> | boolean) => {
-        for (const deadline = Date.now() + 10_000; !(await probe()); ) {
-          if (Date.now() > deadline) throw new Error(`${what} did not happen; stdout:\n${stdout}`);
-          await new Promise((resolve) => setTimeout(resolve, 25));
-        }
-      };
+      const until = (what: string, probe: () => Promise<boolean> | boolean) =>
+        waitFor(what, probe, 10_000, () => `stdout:\n${stdout}`);
       try {
         await until('the initial sync', () => stdout.includes('following changes'));
         expect(stdout).toContain(`mirrored 3 resources into ${followed}\n`);

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import type {} from 'vitest';
 import type { TestProject } from 'vitest/node';
+import { waitFor } from './wait.js';
 
 /**
  * The real servers behind the `production` test project: a throwaway PostgreSQL 15 cluster, a
@@ -114,15 +115,6 @@ export async function freePort(): Promise<number> {
   const { port } = server.address() as AddressInfo;
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
-}
-
-async function waitFor(what: string, probe: () => Promise<boolean>, timeoutMs = START_TIMEOUT_MS) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await probe()) return;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  throw new Error(`${what} did not come up within ${timeoutMs} ms`);
 }
 
 function tail(file: string, lines = 15): string {
@@ -366,11 +358,15 @@ export async function startRedis(): Promise<RedisServer> {
       spawnError = error;
     });
     try {
-      await waitFor('redis-server', async () => {
-        if (spawnError) throw spawnError;
-        if (launched.exitCode !== null) throw new Error(`redis-server exited:\n${output.join('')}`);
-        return redisAnswers(port);
-      });
+      await waitFor(
+        'redis-server answering',
+        async () => {
+          if (spawnError) throw spawnError;
+          if (launched.exitCode !== null) throw new Error(`redis-server exited:\n${output.join('')}`);
+          return redisAnswers(port);
+        },
+        START_TIMEOUT_MS,
+      );
     } catch (error) {
       await halt('SIGKILL');
       throw error;

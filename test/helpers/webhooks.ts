@@ -109,18 +109,6 @@ export class Receiver {
   }
 }
 
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Polls `probe` until it holds; fails naming `what` after `timeoutMs`. */
-export async function waitFor(what: string, probe: () => boolean | Promise<boolean>, timeoutMs = 10_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await probe()) return;
-    await sleep(20);
-  }
-  throw new Error(`${what} did not happen within ${timeoutMs} ms`);
-}
-
 export interface LogLine {
   readonly level: number;
   readonly msg: string;

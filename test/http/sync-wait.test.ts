@@ -9,7 +9,7 @@ import { givenAccount } from '../helpers/fixtures.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
 import type { SyncParts } from '../helpers/sync.js';
 import { type Page, syncRequest, syncToEnd } from '../helpers/sync-feed.js';
-import { waitUntil } from '../multi-instance/support.js';
+import { waitFor } from '../helpers/wait.js';
 
 /**
  * D27's held requests, on both stacks: `wait` holds a request until a change of the caller's
@@ -78,7 +78,7 @@ describe('held sync requests (D27)', () => {
   it('a held request is answered within a second of a change in its account, with that change', async () => {
     const syncToken = await current();
     const answer = held(syncToken, 20);
-    await waitUntil('the request is held', async () => parts.held.count === 1);
+    await waitFor('the request is held', async () => parts.held.count === 1);
     const written = await publish();
     expect(written.statusCode).toBe(201);
     const committedAt = performance.now();
@@ -95,7 +95,7 @@ describe('held sync requests (D27)', () => {
     const syncToken = await current();
     const started = performance.now();
     const answer = held(syncToken, 1);
-    await waitUntil('the request is held', async () => parts.held.count === 1);
+    await waitFor('the request is held', async () => parts.held.count === 1);
     expect((await publish(globexWriter, 'theirs')).statusCode).toBe(201);
     const res = await answer;
     const elapsed = performance.now() - started;
@@ -130,7 +130,7 @@ describe('held sync requests (D27)', () => {
   it('past the cap, 503 unavailable with Retry-After; places free again as held requests are answered', async () => {
     const syncToken = await current();
     const answers = Array.from({ length: 40 }, () => held(syncToken, 30));
-    await waitUntil('40 requests held', async () => parts.held.count === 40);
+    await waitFor('40 requests held', async () => parts.held.count === 40);
     const refused = await held(syncToken, 30);
     expect(refused.statusCode).toBe(503);
     expect(refused.headers['retry-after']).toBe('2');
@@ -153,7 +153,7 @@ describe('held sync requests (D27)', () => {
   it('no held request keeps a database connection: reads and writes go on while 30 are held', async () => {
     const syncToken = await current();
     const answers = Array.from({ length: 30 }, () => held(syncToken, 30));
-    await waitUntil('30 requests held', async () => parts.held.count === 30);
+    await waitFor('30 requests held', async () => parts.held.count === 30);
     const started = performance.now();
     const read = await app.inject({
       url: '/v3/playbook/catalogs/org/mine/resources?pageSize=100',
@@ -178,10 +178,10 @@ describe('held sync requests (D27)', () => {
       const syncToken = await current();
       const request = http.get(`${base}/v3/playbook/sync?syncToken=${syncToken}&wait=30`, { headers: acme });
       request.on('error', () => {});
-      await waitUntil('the request is held', async () => ownParts.held.count === 1);
+      await waitFor('the request is held', async () => ownParts.held.count === 1);
       request.destroy();
       const started = performance.now();
-      await waitUntil('its place is free', async () => ownParts.held.count === 0, 1000);
+      await waitFor('its place is free', async () => ownParts.held.count === 0, 1000);
       expect(performance.now() - started).toBeLessThan(500);
     } finally {
       await served.close();
@@ -195,7 +195,7 @@ describe('held sync requests (D27)', () => {
     });
     const syncToken = await current();
     const answers = Array.from({ length: 5 }, () => held(syncToken, 60, closing));
-    await waitUntil('5 requests held', async () => ownParts.held.count === 5);
+    await waitFor('5 requests held', async () => ownParts.held.count === 5);
     const started = performance.now();
     await closing.close();
     const results = await Promise.all(answers);

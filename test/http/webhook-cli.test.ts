@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main } from '../../src/cli/program.js';
 import { listenLocally } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
-import { Receiver, startWebhookInstance, type WebhookInstance, waitFor } from '../helpers/webhooks.js';
+import { waitFor } from '../helpers/wait.js';
+import { Receiver, startWebhookInstance, type WebhookInstance } from '../helpers/webhooks.js';
 
 /** D28: `playbook webhooks list|create|test|deliveries` against a running service, as a user. */
 

@@ -9,7 +9,8 @@ import {
 } from '../../clients/typescript/src/index.js';
 import { listenLocally } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
-import { Receiver, startWebhookInstance, type WebhookInstance, waitFor } from '../helpers/webhooks.js';
+import { waitFor } from '../helpers/wait.js';
+import { Receiver, startWebhookInstance, type WebhookInstance } from '../helpers/webhooks.js';
 
 /**
  * D28 through the client (D24): endpoint management with an access token, and `verifyWebhook` for

@@ -7,14 +7,13 @@ import { main } from '../../src/cli/program.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { loggedChanges } from '../helpers/changes.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 import {
   Receiver,
-  sleep,
   startWebhookInstance,
   TEST_WEBHOOK_ENV,
   userHeaders,
   type WebhookInstance,
-  waitFor,
 } from '../helpers/webhooks.js';
 
 /**

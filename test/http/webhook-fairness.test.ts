@@ -1,13 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
-import {
-  Receiver,
-  startWebhookInstance,
-  userHeaders,
-  type WebhookInstance,
-  waitFor,
-} from '../helpers/webhooks.js';
+import { waitFor } from '../helpers/wait.js';
+import { Receiver, startWebhookInstance, userHeaders, type WebhookInstance } from '../helpers/webhooks.js';
 
 /**
  * D28: an endpoint that answers slowly holds its share of an instance's delivery slots

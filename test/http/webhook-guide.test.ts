@@ -4,7 +4,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { freePort } from '../helpers/servers.js';
-import { startWebhookInstance, userHeaders, type WebhookInstance, waitFor } from '../helpers/webhooks.js';
+import { waitFor } from '../helpers/wait.js';
+import { startWebhookInstance, userHeaders, type WebhookInstance } from '../helpers/webhooks.js';
 
 /**
  * D28: the webhooks guide (docs/guides/webhooks.md) shows examples/webhook-receiver.mjs as it is, and that

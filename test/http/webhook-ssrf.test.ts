@@ -4,14 +4,8 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { guardedLookup, postWebhook } from '../../src/webhooks/webhook-request.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
-import {
-  Receiver,
-  sleep,
-  startWebhookInstance,
-  userHeaders,
-  type WebhookInstance,
-  waitFor,
-} from '../helpers/webhooks.js';
+import { sleep, waitFor } from '../helpers/wait.js';
+import { Receiver, startWebhookInstance, userHeaders, type WebhookInstance } from '../helpers/webhooks.js';
 
 /**
  * D28: no server-side request forgery. With the private-address guard on, a delivery to loopback,

@@ -3,13 +3,8 @@ import { Metrics } from '../../src/observability/metrics.js';
 import { startTracing, type Tracing } from '../../src/observability/tracing.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { type ExportedSpan, OtlpReceiver } from '../helpers/otlp-receiver.js';
-import {
-  Receiver,
-  startWebhookInstance,
-  userHeaders,
-  type WebhookInstance,
-  waitFor,
-} from '../helpers/webhooks.js';
+import { waitFor } from '../helpers/wait.js';
+import { Receiver, startWebhookInstance, userHeaders, type WebhookInstance } from '../helpers/webhooks.js';
 
 const attribute = (span: ExportedSpan, key: string) =>
   span.attributes.find((a) => a.key === key)?.value?.stringValue;

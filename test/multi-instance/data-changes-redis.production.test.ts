@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
-import { dataChanges, startInstance, WITHIN_MS, waitUntil } from './support.js';
+import { waitFor } from '../helpers/wait.js';
+import { dataChanges, startInstance, WITHIN_MS } from './support.js';
 
 /** With Redis, an import made by another process reaches every instance at once, not at its next poll. */
 describe('imports announced through Redis', () => {
@@ -21,7 +22,7 @@ describe('imports announced through Redis', () => {
     const a = await startInstance('A', backend, { redisUrl });
     const b = await startInstance('B', backend, { redisUrl, changePollMs: 3_600_000 });
     try {
-      await waitUntil("both instances' Redis channels", async () => (await a.redisReady()) && b.redisReady());
+      await waitFor("both instances' Redis channels", async () => (await a.redisReady()) && b.redisReady());
       await warm([a, b]);
       await importCatalog('by-redis', { PLAYBOOK_REDIS_URL: redisUrl });
       const committedAt = performance.now();

@@ -13,15 +13,8 @@ import {
   startRedis,
 } from '../helpers/servers.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
-import {
-  bearer,
-  type Instance,
-  outageWarnings,
-  recoveryLines,
-  sleep,
-  startInstance,
-  waitUntil,
-} from './support.js';
+import { sleep, waitFor } from '../helpers/wait.js';
+import { bearer, type Instance, outageWarnings, recoveryLines, startInstance } from './support.js';
 
 /**
  * D31: PostgreSQL stopped for five seconds under two instances, with reads running. Nothing about a
@@ -103,7 +96,7 @@ describe('a database outage under two instances (D31)', () => {
       env: { PLAYBOOK_DATABASE_URL: databaseOfB.via(url) },
     });
     for (const instance of [a, b]) {
-      await waitUntil(`${instance.name}'s Redis connections`, () => instance.redisReady());
+      await waitFor(`${instance.name}'s Redis connections`, () => instance.redisReady());
     }
 
     manager = await bearer(a, 'ada', ['acme']);
@@ -167,7 +160,7 @@ describe('a database outage under two instances (D31)', () => {
 
     // A key revoked just before the outage stays refused through it.
     expect((await revoke(b, keys.revokedBefore.id)).statusCode).toBe(204);
-    await waitUntil('A refusing the revoked key', async () => {
+    await waitFor('A refusing the revoked key', async () => {
       return (await get(a, detail, keys.revokedBefore.key)).statusCode === 401;
     });
 
@@ -183,7 +176,7 @@ describe('a database outage under two instances (D31)', () => {
     await server.stop();
     const stoppedAt = performance.now();
     for (const instance of [a, b]) {
-      await waitUntil(
+      await waitFor(
         `${instance.name} noticing the outage`,
         async () => !instance.services.dependencies.database.isUp,
       );
@@ -215,7 +208,7 @@ describe('a database outage under two instances (D31)', () => {
     phase = 'back';
     await server.start();
     for (const instance of [a, b]) {
-      await waitUntil(
+      await waitFor(
         `${instance.name} reaching the database`,
         async () => instance.services.dependencies.database.isUp,
         15_000,
@@ -257,7 +250,7 @@ describe('a database outage under two instances (D31)', () => {
       const items = (answer.json() as { data: { slug: string; currentVersion: { version: string } }[] }).data;
       return items.find((item) => item.slug === 'deploy')?.currentVersion.version;
     };
-    await waitUntil(
+    await waitFor(
       'A showing the first publication',
       async () => (await deployOf(a, keys.reader.key)) === before,
     );
@@ -266,7 +259,7 @@ describe('a database outage under two instances (D31)', () => {
 
     await databaseOfA.cut();
     await redisOfA.cut();
-    await waitUntil('A noticing the database is out', async () => !a.services.dependencies.database.isUp);
+    await waitFor('A noticing the database is out', async () => !a.services.dependencies.database.isUp);
     // B, which reaches both, revokes a key and publishes again.
     expect((await revoke(b, keys.revokedWhileCut.id)).statusCode).toBe(204);
     expect((await putResource(b, 'deploy', after)).statusCode).toBe(200);

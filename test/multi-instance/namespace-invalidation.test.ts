@@ -5,7 +5,8 @@ import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main } from '../../src/cli/program.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
-import { type Instance, sleep, startInstance, storeKey, WITHIN_MS } from './support.js';
+import { sleep } from '../helpers/wait.js';
+import { type Instance, startInstance, storeKey, WITHIN_MS } from './support.js';
 
 /**
  * D26: answers in memory are dropped by namespace. A write in one account drops, on every instance and

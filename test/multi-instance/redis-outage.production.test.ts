@@ -5,16 +5,8 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { givenAccount } from '../helpers/fixtures.js';
 import { type RedisServer, startRedis } from '../helpers/servers.js';
 import { timedUses, usesOf } from '../helpers/timed-uses.js';
-import {
-  bearer,
-  type Instance,
-  outageWarnings,
-  recoveryLines,
-  sleep,
-  startInstance,
-  storeKey,
-  waitUntil,
-} from './support.js';
+import { sleep, waitFor } from '../helpers/wait.js';
+import { bearer, type Instance, outageWarnings, recoveryLines, startInstance, storeKey } from './support.js';
 
 /**
  * Issue 4: Redis killed under two instances. The service keeps serving: rate limits fall back to each
@@ -86,7 +78,7 @@ describe('a Redis outage under two instances', () => {
     a = await startInstance('A', backend, { redisUrl: redis.url, env });
     b = await startInstance('B', backend, { redisUrl: redis.url, env });
     for (const instance of [a, b]) {
-      await waitUntil(`${instance.name}'s Redis connections`, () => instance.redisReady());
+      await waitFor(`${instance.name}'s Redis connections`, () => instance.redisReady());
     }
   }, 60_000);
 
@@ -122,11 +114,7 @@ describe('a Redis outage under two instances', () => {
     const outageStart = [a, b].map((instance) => instance.logs.length);
     await redis.stop();
     for (const instance of [a, b]) {
-      await waitUntil(
-        `${instance.name} noticing the outage`,
-        async () => !(await instance.redisReady()),
-        5000,
-      );
+      await waitFor(`${instance.name} noticing the outage`, async () => !(await instance.redisReady()), 5000);
     }
     await sleep(300);
     trickling = false;
@@ -222,17 +210,17 @@ describe('a Redis outage under two instances', () => {
     // Back: a fresh (empty) Redis on the same port; the instances reconnect by themselves.
     await redis.start();
     for (const instance of [a, b]) {
-      await waitUntil(`${instance.name} reconnecting`, () => instance.redisReady(), 10_000);
+      await waitFor(`${instance.name} reconnecting`, () => instance.redisReady(), 10_000);
     }
     // A counter whose command failed just before the reconnection skips Redis for its retry period
     // (a second) rather than wait on it again: past it, both count in Redis.
     await sleep(1100);
     await expectSharedLimit((await storeKey(b, 'acme')).key);
     for (const instance of [a, b]) {
-      await waitUntil(`${instance.name}'s gauge`, async () => (await redisGauge(instance)) === '1');
+      await waitFor(`${instance.name}'s gauge`, async () => (await redisGauge(instance)) === '1');
       const ready = await timed(instance, '/readyz');
       expect(ready.json()).toMatchObject({ status: 'ready', checks: { redis: 'ok' } });
-      await waitUntil(
+      await waitFor(
         `${instance.name} saying Redis is back`,
         async () => recoveryLines(instance.logs, 'redis').length > 0,
       );

@@ -8,7 +8,8 @@ import { Metrics } from '../../src/observability/metrics.js';
 import { closeRedis, createRedisClient, RedisHealth } from '../../src/redis/redis-connection.js';
 import { FallbackRateCounter, RedisRateCounter } from '../../src/redis/redis-rate-counter.js';
 import { freePort, type ProductionServers, startRedis } from '../helpers/servers.js';
-import { capturingLogger, outageWarnings, recoveryLines, sleep, waitUntil } from './support.js';
+import { sleep, waitFor } from '../helpers/wait.js';
+import { capturingLogger, outageWarnings, recoveryLines } from './support.js';
 
 /**
  * The Redis rate counter's script against a real redis-server (D10): fixed windows opened by the
@@ -28,7 +29,7 @@ describe('RedisRateCounter', () => {
   };
   const freshPrefix = () => `playbook-test:${randomBytes(4).toString('hex')}:rl:`;
   const ready = (client: Redis) =>
-    waitUntil('the Redis connection', async () => client.status === 'ready', 5000);
+    waitFor('the Redis connection', async () => client.status === 'ready', 5000);
 
   beforeAll(async () => {
     admin = connect();
@@ -122,7 +123,7 @@ describe('FallbackRateCounter', () => {
     const watch = health(logger);
     watch.watch(redis);
     try {
-      await waitUntil('the Redis connection', async () => redis.status === 'ready', 5000);
+      await waitFor('the Redis connection', async () => redis.status === 'ready', 5000);
       const prefix = `playbook-test:${randomBytes(4).toString('hex')}:rl:`;
       const counter = new FallbackRateCounter({
         shared: new RedisRateCounter(redis, prefix),
@@ -149,7 +150,7 @@ describe('FallbackRateCounter', () => {
     const watch = health(logger);
     watch.watch(redis);
     try {
-      await waitUntil('the first refused connection', async () => outageWarnings(lines, 'redis').length > 0);
+      await waitFor('the first refused connection', async () => outageWarnings(lines, 'redis').length > 0);
       const counter = new FallbackRateCounter({
         shared: new RedisRateCounter(redis),
         local: new MemoryRateCounter(),
@@ -180,7 +181,7 @@ describe('FallbackRateCounter', () => {
     const watch = health(logger);
     watch.watch(redis);
     try {
-      await waitUntil(
+      await waitFor(
         'the Redis connections',
         async () => redis.status === 'ready' && pauser.status === 'ready',
         5000,
@@ -210,11 +211,11 @@ describe('FallbackRateCounter', () => {
       expect(outageWarnings(lines, 'redis')[0]).toMatchObject({ reason: 'Command timed out' });
 
       await sleep(1000);
-      await waitUntil(
+      await waitFor(
         'Redis answering again',
         async () => (await counter.increment('key:probe', 60_000)).count > 0,
       );
-      await waitUntil(
+      await waitFor(
         'the shared counter in use again',
         async () => recoveryLines(lines, 'redis').length === 1,
       );

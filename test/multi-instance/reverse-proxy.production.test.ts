@@ -13,7 +13,7 @@ import {
   startPostgresWithDatabase,
   startRedis,
 } from '../helpers/servers.js';
-import { sleep, waitUntil } from './support.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 /**
  * D31: the operations guide's nginx configuration (docs/operations.md), as it is written there, in
@@ -239,7 +239,7 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
       for (const line of lines) nginxLines.push({ at, line });
     });
     origin = `https://127.0.0.1:${proxyPort}`;
-    await waitUntil(
+    await waitFor(
       'nginx answering',
       async () => {
         const client = h2Client(origin, ca);
@@ -341,7 +341,7 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
     }
     // The test's client connects from 127.0.0.1, as nginx does: the instance believes nginx, which
     // names the address the client connected from, not the one the client claimed.
-    await waitUntil('the access line of that request', async () =>
+    await waitFor('the access line of that request', async () =>
       instances.some((instance) => instance.stdout().includes('"op":"listPlaybookCatalogs"')),
     );
     const lines = instances.flatMap((instance) =>

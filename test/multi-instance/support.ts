@@ -15,18 +15,7 @@ import { loadDeploymentKeys } from '../../src/foundation/deployment-key.js';
 import type { DependencyName } from '../../src/observability/dependency-health.js';
 import type { Scope } from '../../src/schemas/identity.js';
 import type { TestBackend } from '../helpers/backend.js';
-
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Polls `probe` until it holds; fails naming `what` after `timeoutMs`. */
-export async function waitUntil(what: string, probe: () => Promise<boolean>, timeoutMs = 10_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await probe()) return;
-    await sleep(25);
-  }
-  throw new Error(`${what} did not happen within ${timeoutMs} ms`);
-}
+import { waitFor } from '../helpers/wait.js';
 
 export interface LogLine {
   readonly level: number;
@@ -236,7 +225,7 @@ export function dataChanges(backend: () => TestBackend) {
 
   /** Reads until `slug` shows on `instance`; returns how long that took after the import committed. */
   async function shownAfter(instance: Instance, slug: string, committedAt: number): Promise<number> {
-    await waitUntil(`${slug} on ${instance.name}`, async () => (await slugs(instance)).includes(slug), 5000);
+    await waitFor(`${slug} on ${instance.name}`, async () => (await slugs(instance)).includes(slug), 5000);
     return performance.now() - committedAt;
   }
 

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { givenAccount } from '../helpers/fixtures.js';
-import { startInstance, waitUntil } from './support.js';
+import { waitFor } from '../helpers/wait.js';
+import { startInstance } from './support.js';
 import { expectWokenAcross } from './sync-wake.js';
 
 /** D27 with Redis: the holding instance learns of the write at once, not at a poll an hour away. */
@@ -22,7 +23,7 @@ describe('held sync requests across instances, through Redis', () => {
     const a = await startInstance('A', backend, { redisUrl });
     const b = await startInstance('B', backend, { redisUrl, changePollMs: 3_600_000 });
     try {
-      await waitUntil("both instances' Redis channels", async () => (await a.redisReady()) && b.redisReady());
+      await waitFor("both instances' Redis channels", async () => (await a.redisReady()) && b.redisReady());
       await expectWokenAcross(a, b, 'acme');
     } finally {
       await a.close();

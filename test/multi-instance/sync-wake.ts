@@ -2,7 +2,8 @@ import { performance } from 'node:perf_hooks';
 import { expect } from 'vitest';
 import { publishedResource } from '../helpers/publish-bodies.js';
 import { type Page, syncRequest, syncToEnd } from '../helpers/sync-feed.js';
-import { type Instance, storeKey, WITHIN_MS, waitUntil } from './support.js';
+import { waitFor } from '../helpers/wait.js';
+import { type Instance, storeKey, WITHIN_MS } from './support.js';
 
 /**
  * D27 across instances: a sync request held on `held` is answered within a second of a write committed
@@ -18,14 +19,14 @@ export async function expectWokenAcross(writer: Instance, held: Instance, accoun
     payload: { name: 'Woken', version: '1', resources: [publishedResource('first')] },
   });
   expect(made.statusCode, made.body).toBe(201);
-  await waitUntil('the catalog on the holding instance', async () => {
+  await waitFor('the catalog on the holding instance', async () => {
     const synced = await syncToEnd(held.app, reader);
     return synced.items.some((item) => item.catalog?.slug === 'woken');
   });
   let { syncToken } = await syncToEnd(held.app, reader);
   for (let round = 1; round <= 3; round++) {
     const answer = syncRequest(held.app, reader, { syncToken, wait: 30 });
-    await waitUntil('the request held', async () => held.services.sync!.held.count === 1);
+    await waitFor('the request held', async () => held.services.sync!.held.count === 1);
     const { slug, ...body } = publishedResource(`woken-${round}-${Date.now()}`);
     const written = await writer.app.inject({
       method: 'PUT',

@@ -5,7 +5,8 @@ import { main } from '../../src/cli/program.js';
 import { closeRedis, createRedisClient } from '../../src/redis/redis-connection.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { givenAccount } from '../helpers/fixtures.js';
-import { bearer, type Instance, sleep, startInstance, storeKey, waitUntil } from './support.js';
+import { sleep, waitFor } from '../helpers/wait.js';
+import { bearer, type Instance, startInstance, storeKey } from './support.js';
 
 /**
  * Issue 4, "How it is checked": two instances of the service, each composed as its own process would
@@ -31,7 +32,7 @@ function requireRedis(backend: TestBackend): string {
 
 async function bothReady(instances: readonly Instance[]) {
   for (const instance of instances) {
-    await waitUntil(`${instance.name}'s Redis connections`, () => instance.redisReady());
+    await waitFor(`${instance.name}'s Redis connections`, () => instance.redisReady());
   }
 }
 
@@ -128,7 +129,7 @@ describe('two instances over one PostgreSQL and one Redis', () => {
       // `playbook keys revoke` goes through the same key service as the operator's instance.
       expect(await b.services.identity.keys.revoke(id)).toBe('revoked');
       const revokedAt = performance.now();
-      await waitUntil('A refusing the key', async () => (await read(a, key)).statusCode === 401, 1000);
+      await waitFor('A refusing the key', async () => (await read(a, key)).statusCode === 401, 1000);
       expect(performance.now() - revokedAt).toBeLessThan(1000);
     });
 
@@ -137,7 +138,7 @@ describe('two instances over one PostgreSQL and one Redis', () => {
       const { id } = await storeKey(a, 'acme');
       const listener = createRedisClient(redisUrl, { connectionName: 'playbook-test' });
       try {
-        await waitUntil('the listening connection', async () => listener.status === 'ready');
+        await waitFor('the listening connection', async () => listener.status === 'ready');
         await listener.subscribe('playbook:revocations');
         const heard = new Promise<void>((resolve) => {
           listener.on('message', (_channel: string, message: string) => {

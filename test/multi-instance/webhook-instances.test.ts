@@ -5,7 +5,8 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
 import { freePort } from '../helpers/servers.js';
-import { Receiver, sleep, TEST_WEBHOOK_ENV, waitFor } from '../helpers/webhooks.js';
+import { sleep, waitFor } from '../helpers/wait.js';
+import { Receiver, TEST_WEBHOOK_ENV } from '../helpers/webhooks.js';
 
 /**
  * D28 with several instances over one database: each delivery is attempted by one instance at a time

@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { runCli } from '../helpers/cli.js';
 import { healthzUntil, npmStart, type Started } from '../helpers/npm-start.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
+import { waitFor } from '../helpers/wait.js';
 
 /**
  * D29, D31: SIGINT and SIGTERM through `npm start` drain once. A terminal's Ctrl-C is a SIGINT to
@@ -79,21 +80,17 @@ async function bindable(port: number): Promise<boolean> {
   });
 }
 
-async function until(test: () => boolean | Promise<boolean>, ms: number, what: string): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await test())) {
-    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-}
-
 /**
  * Waits until the server has accepted the publication's key: its request is then in flight, its handler
  * waiting for the body. A signal sent while it was still on its way would find the listener closed.
  */
 async function inFlight(metrics: string): Promise<void> {
   const accepted = /^playbook_authentications_total\{kind="api_key",outcome="accepted",reason=""\} 1$/m;
-  await until(async () => accepted.test(await (await fetch(metrics)).text()), 5000, 'the request in flight');
+  await waitFor(
+    'the request in flight',
+    async () => accepted.test(await (await fetch(metrics)).text()),
+    5000,
+  );
 }
 
 /** The processes of a group, as `ps` lists them: pid, parent, command line. */
@@ -169,8 +166,8 @@ describe('signals through npm start (D29, D31)', () => {
         if (i + 1 < times) await new Promise((resolve) => setTimeout(resolve, 20));
       }
       // The drain has begun (and the listener is closed) while the request is still waiting for its body.
-      await until(() => started.messages().includes('draining in-flight requests'), 5000, 'the drain line');
-      await until(async () => !(await listening(port)), 5000, 'the listener closed');
+      await waitFor('the drain line', () => started.messages().includes('draining in-flight requests'), 5000);
+      await waitFor('the listener closed', async () => !(await listening(port)), 5000);
       expect(started.child.exitCode).toBeNull();
 
       publication.finish();
@@ -213,7 +210,7 @@ describe('signals through npm start (D29, D31)', () => {
     expect(served.length).toBeGreaterThan(5);
     expect(served.every((status) => status === 200)).toBe(true);
 
-    await until(() => started.messages().includes('draining in-flight requests'), 5000, 'the drain line');
+    await waitFor('the drain line', () => started.messages().includes('draining in-flight requests'), 5000);
     expect(Date.now() - signalledAt).toBeGreaterThanOrEqual(delayMs);
     publication.finish();
     const answer = await publication.answer;

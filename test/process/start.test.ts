@@ -6,6 +6,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { healthzUntil, npmStart, ROOT, type Started } from '../helpers/npm-start.js';
 import { freePort } from '../helpers/servers.js';
+import { waitFor } from '../helpers/wait.js';
 
 describe('npm start (README)', () => {
   let dataDir: string;
@@ -136,11 +137,11 @@ describe('npm start (README)', () => {
     // Signalled once the server holds it, as its gauge says: a request still on its way when the
     // listener closes would find no server.
     const metrics = `http://127.0.0.1:${metricsPort}/metrics`;
-    for (const deadline = Date.now() + 5000; ; ) {
-      if (/^playbook_sync_held_requests 1$/m.test(await (await fetch(metrics)).text())) break;
-      if (Date.now() > deadline) throw new Error('the sync request was not held within 5 s');
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    }
+    await waitFor(
+      'the sync request held',
+      async () => /^playbook_sync_held_requests 1$/m.test(await (await fetch(metrics)).text()),
+      5000,
+    );
     const signalledAt = Date.now();
     started.child.kill('SIGTERM');
     const answer = await held;

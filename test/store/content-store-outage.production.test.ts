@@ -6,13 +6,8 @@ import { givenAccount } from '../helpers/fixtures.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
 import { timedUses, usesOf } from '../helpers/timed-uses.js';
-import {
-  type Instance,
-  outageWarnings,
-  recoveryLines,
-  startInstance,
-  waitUntil,
-} from '../multi-instance/support.js';
+import { waitFor } from '../helpers/wait.js';
+import { type Instance, outageWarnings, recoveryLines, startInstance } from '../multi-instance/support.js';
 
 /**
  * D31 on S3: the object store out of one instance's reach. Lists and answers held go on being served,
@@ -127,7 +122,7 @@ describe('the content store out of reach (D31)', () => {
     expect(duringOutage.filter((line) => JSON.stringify(line).includes('"stack"'))).toEqual([]);
 
     await relay.restore();
-    await waitUntil('the cold content served again', async () => (await detail('cold')).statusCode === 200);
+    await waitFor('the cold content served again', async () => (await detail('cold')).statusCode === 200);
     expect(await gauge()).toBe('1');
     expect(outageWarnings(instance.logs, 'contentStore')).toHaveLength(1);
     expect(outageWarnings(instance.logs, 'contentStore')[0]?.msg).toMatch(/content not held answers 503/);
@@ -152,7 +147,7 @@ describe('the content store out of reach (D31)', () => {
       stdout += chunk.toString();
     });
     try {
-      await waitUntil(
+      await waitFor(
         'the bucket line',
         async () => stdout.includes('the content store cannot be used'),
         30_000,
