@@ -461,6 +461,25 @@ export async function fillNaive(
     for (const row of rows) insert.run(row);
   });
   await forEachBatch(shape, undefined, true, async (batch) => write(batch.naive), progress);
+  // The cold floor's table (cold-floor.ts): each detail as the naive service shapes it, stored whole
+  // with a validator, in a rowid table whose rows fit a page each, found through the unique index on id.
+  const optional = (column: string, field: string) =>
+    `case when ${column} is null then '$.${field}' else '$.__absent' end`;
+  naive.exec(
+    `create table answers (n integer primary key, id text not null unique, etag text not null, body text not null);
+     insert into answers (id, etag, body)
+     select id, '"' || version_id || '"', json_remove(json_object(
+       'id', id, 'catalogId', catalog_id, 'catalogHumanRef', catalog_human_ref, 'sourceScope', source_scope,
+       'slug', slug, 'humanRef', human_ref, 'kind', kind, 'title', title, 'status', status,
+       'manifest', json(manifest), 'createdAt', created_at, 'updatedAt', updated_at,
+       'description', description, 'facets', json(facets),
+       'currentVersion', json_object(
+         'id', version_id, 'version', version, 'contentHash', content_hash,
+         'contentSizeBytes', content_size_bytes, 'mediaType', media_type, 'storageBackend', storage_backend,
+         'status', version_status, 'publishedAt', published_at, 'manifest', json(manifest), 'content', content)),
+       ${optional('description', 'description')}, ${optional('facets', 'facets')})
+     from items order by id`,
+  );
   naive.pragma('wal_checkpoint(TRUNCATE)');
   naive.close();
 }

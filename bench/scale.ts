@@ -12,8 +12,9 @@
  * 4. a mixed load of one account (details, pages, its list, 304s, and that account publishing once a
  *    second): the service's peak RSS;
  * 5. cold reads: random Resource details over every Resource, with the default answer budget, against
- *    the naive Express + better-sqlite3 service (naive.ts) on the same Resources, the two taking turns
- *    on core 0 with wrk on core 1; and the last page of `svc/big` against its first, from storage;
+ *    the naive Express + better-sqlite3 service (naive.ts) on the same Resources, and beside them the
+ *    floor of a cold read (cold-floor.ts: one search of stored answers), the three taking turns on
+ *    core 0 with wrk on core 1; and the last page of `svc/big` against its first, from storage;
  * 6. tenancy: every account but one reading its own and the service's Resources while that one
  *    publishes once a second, against the same reads without writes: hit ratio and p99.
  *
@@ -688,6 +689,18 @@ end
       running.push(naive);
       const naiveBase = `http://127.0.0.1:${naivePort}`;
       await waitForReady(`${naiveBase}/ready`, naive);
+      // The floor: the least work a cold read can cost, one search of stored answers (cold-floor.ts).
+      const floorPort = await freePort();
+      const [floorCommand, floorArgs] = pinned(0, process.execPath, [
+        path.join(ROOT, 'dist-bench', 'bench', 'cold-floor.js'),
+        naiveFile,
+        String(floorPort),
+        naiveKey,
+      ]);
+      const floor = spawn(floorCommand, floorArgs, { stdio: ['ignore', 'ignore', 'inherit'] });
+      running.push(floor);
+      const floorBase = `http://127.0.0.1:${floorPort}`;
+      await waitForReady(`${floorBase}/ready`, floor);
       // Whose each Resource is: the first position of each account's Resources, in order.
       const accountFirsts = accounts.map(
         (account) => catalogs.find((catalog) => catalog.accountId === account)!.first,
@@ -718,9 +731,10 @@ end
       };
       const oursLoad = { connections: CONNECTIONS, seconds: DURATION_S, script: coldScript(keys) };
       const naiveLoad = { connections: CONNECTIONS, seconds: DURATION_S, script: coldScript([naiveKey]) };
-      // Warm both (the page cache of their files, the JIT), then alternate who goes first.
+      // Warm all three (the page cache of their files, the JIT), then take turns, who goes first rotating.
       wrk(cold.base, { ...oursLoad, seconds: 5 });
       wrk(naiveBase, { ...naiveLoad, seconds: 5 });
+      wrk(floorBase, { ...naiveLoad, seconds: 5 });
       // Each load's CPU time per request in the server's process, besides its rate: a rate falls
       // whenever other work takes the server's core, a time the CPU per request leaves out.
       const costed = (base: string, load: typeof oursLoad, pid: number) => {
@@ -729,32 +743,46 @@ end
         return { ...result, cpuUs: ((cpuMs(pid) - before) * 1000) / Math.max(1, result.requests) };
       };
       type Costed = LoadResult & { readonly cpuUs: number };
-      const rounds: { ours: Costed; theirs: Costed; hits: number }[] = [];
+      const rounds: { ours: Costed; theirs: Costed; floor: Costed; hits: number }[] = [];
       for (let round = 0; round < ROUNDS; round++) {
         const lookups = await cacheLookups(cold.metrics);
-        let ours: Costed;
-        let theirs: Costed;
-        if (round % 2 === 0) {
-          ours = costed(cold.base, oursLoad, cold.child.pid!);
-          theirs = costed(naiveBase, naiveLoad, naive.pid!);
-        } else {
-          theirs = costed(naiveBase, naiveLoad, naive.pid!);
-          ours = costed(cold.base, oursLoad, cold.child.pid!);
+        const turns = [
+          () => costed(cold.base, oursLoad, cold.child.pid!),
+          () => costed(naiveBase, naiveLoad, naive.pid!),
+          () => costed(floorBase, naiveLoad, floor.pid!),
+        ];
+        const measured: Costed[] = [];
+        for (let turn = 0; turn < turns.length; turn++) {
+          const which = (turn + round) % turns.length;
+          measured[which] = turns[which]!();
         }
+        const [ours, theirs, floorLoad] = measured as [Costed, Costed, Costed];
         const after = await cacheLookups(cold.metrics);
         const hit = after.hit - lookups.hit;
-        rounds.push({ ours, theirs, hits: hit / Math.max(1, hit + after.miss - lookups.miss) });
+        rounds.push({
+          ours,
+          theirs,
+          floor: floorLoad,
+          hits: hit / Math.max(1, hit + after.miss - lookups.miss),
+        });
       }
       const ratio = median(rounds.map((r) => r.ours.rps / r.theirs.rps));
       const oursCpuUs = median(rounds.map((r) => r.ours.cpuUs));
       const theirsCpuUs = median(rounds.map((r) => r.theirs.cpuUs));
+      const floorCpuUs = median(rounds.map((r) => r.floor.cpuUs));
       // PostgreSQL's own processes do part of each request's work there, which this does not count.
       const cpuNote = name === 'postgres' ? ", PostgreSQL's own processes not counted" : '';
       console.log(
         `  cold reads, CPU per request in the server's process: ${oursCpuUs.toFixed(0)} µs against the naive service's ${theirsCpuUs.toFixed(0)} µs (requests per CPU second, ours over theirs: ${(theirsCpuUs / oursCpuUs).toFixed(2)}×${cpuNote})`,
       );
+      // What any server could reach: the floor's rate over the naive service's, and ours over the floor's.
+      console.log(
+        `  cold reads, the floor (one search of stored answers, cold-floor.ts): ${median(rounds.map((r) => r.floor.rps)).toFixed(0)} req/s, ` +
+          `p99 ${median(rounds.map((r) => r.floor.p99Ms)).toFixed(1)} ms, CPU ${floorCpuUs.toFixed(0)} µs per request; ` +
+          `${median(rounds.map((r) => r.floor.rps / r.theirs.rps)).toFixed(2)}× the naive service, ours ${median(rounds.map((r) => r.ours.rps / r.floor.rps)).toFixed(2)}× the floor (CPU ${(floorCpuUs / oursCpuUs).toFixed(2)}×)`,
+      );
       const p99 = median(rounds.map((r) => r.ours.p99Ms));
-      const errors = rounds.reduce((sum, r) => sum + r.ours.errors + r.theirs.errors, 0);
+      const errors = rounds.reduce((sum, r) => sum + r.ours.errors + r.theirs.errors + r.floor.errors, 0);
       results.check(
         `cold reads, random details over ${shape.resources} resources`,
         `${median(rounds.map((r) => r.ours.rps)).toFixed(0)} req/s (p50 ${median(rounds.map((r) => r.ours.p50Ms)).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms, ` +
@@ -763,6 +791,7 @@ end
         `≥ ${GOALS.coldRatio}× naive, p99 ≤ ${GOALS.coldP99Ms} ms; ratio ${ratio.toFixed(2)}×`,
         ratio >= GOALS.coldRatio && p99 <= GOALS.coldP99Ms && errors === 0,
       );
+      await stop(floor);
       await stop(naive);
       await stop(cold.child);
     }
