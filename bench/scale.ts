@@ -677,30 +677,25 @@ end
     if (runs('cold')) {
       const cold = await serve(env);
       running.push(cold.child);
-      const naivePort = await freePort();
       const naiveKey = 'naive-bench-key';
-      const [naiveCommand, naiveArgs] = pinned(0, process.execPath, [
-        path.join(ROOT, 'dist-bench', 'bench', 'naive.js'),
-        naiveFile,
-        String(naivePort),
-        naiveKey,
-      ]);
-      const naive = spawn(naiveCommand, naiveArgs, { stdio: ['ignore', 'ignore', 'inherit'] });
-      running.push(naive);
-      const naiveBase = `http://127.0.0.1:${naivePort}`;
-      await waitForReady(`${naiveBase}/ready`, naive);
+      // A yardstick on core 0, serving the naive service's database file with its one key.
+      const yardstick = async (script: string) => {
+        const port = await freePort();
+        const [command, args] = pinned(0, process.execPath, [
+          path.join(ROOT, 'dist-bench', 'bench', script),
+          naiveFile,
+          String(port),
+          naiveKey,
+        ]);
+        const child = spawn(command, args, { stdio: ['ignore', 'ignore', 'inherit'] });
+        running.push(child);
+        const base = `http://127.0.0.1:${port}`;
+        await waitForReady(`${base}/ready`, child);
+        return { child, base };
+      };
+      const { child: naive, base: naiveBase } = await yardstick('naive.js');
       // The floor: the least work a cold read can cost, one search of stored answers (cold-floor.ts).
-      const floorPort = await freePort();
-      const [floorCommand, floorArgs] = pinned(0, process.execPath, [
-        path.join(ROOT, 'dist-bench', 'bench', 'cold-floor.js'),
-        naiveFile,
-        String(floorPort),
-        naiveKey,
-      ]);
-      const floor = spawn(floorCommand, floorArgs, { stdio: ['ignore', 'ignore', 'inherit'] });
-      running.push(floor);
-      const floorBase = `http://127.0.0.1:${floorPort}`;
-      await waitForReady(`${floorBase}/ready`, floor);
+      const { child: floor, base: floorBase } = await yardstick('cold-floor.js');
       // Whose each Resource is: the first position of each account's Resources, in order.
       const accountFirsts = accounts.map(
         (account) => catalogs.find((catalog) => catalog.accountId === account)!.first,
