@@ -1,6 +1,6 @@
 /**
- * The floor of `npm run bench:scale`'s cold reads: the least work a server can do for a Resource
- * detail that is not in memory. A bare Fastify server, logger off: it hashes the presented key and
+ * The floor of `npm run bench:scale`'s cold reads: the least work a Fastify server can do for a
+ * Resource detail that is not in memory. A bare Fastify server, logger off: it hashes the presented key and
  * looks the hash up, reads the detail's answer, stored whole with a validator (the `answers` table
  * that scale-data.ts writes beside the naive service's), by one search, and sends its text as it is.
  * Nothing is kept in memory but the key's hash: every read is a cold read, one search of a table whose

@@ -696,6 +696,22 @@ end
       const { child: naive, base: naiveBase } = await yardstick('naive.js');
       // The floor: the least work a cold read can cost, one search of stored answers (cold-floor.ts).
       const { child: floor, base: floorBase } = await yardstick('cold-floor.js');
+      // The floor's stored answers are the naive service's answers, byte for byte, or it measures nothing.
+      for (const index of [0, Math.floor(shape.resources / 2), shape.resources - 1]) {
+        const [naiveText, floorText] = await Promise.all(
+          [naiveBase, floorBase].map(async (base) => {
+            const answer = await fetch(`${base}/v3/playbook/resources/${resourceIdOf(index)}`, {
+              headers: { 'x-api-key': naiveKey },
+            });
+            return `${answer.status} ${await answer.text()}`;
+          }),
+        );
+        if (naiveText !== floorText) {
+          throw new Error(
+            `the cold floor's answer for Resource ${index} is not the naive service's:\n${floorText}\n${naiveText}`,
+          );
+        }
+      }
       // Whose each Resource is: the first position of each account's Resources, in order.
       const accountFirsts = accounts.map(
         (account) => catalogs.find((catalog) => catalog.accountId === account)!.first,
@@ -726,7 +742,8 @@ end
       };
       const oursLoad = { connections: CONNECTIONS, seconds: DURATION_S, script: coldScript(keys) };
       const naiveLoad = { connections: CONNECTIONS, seconds: DURATION_S, script: coldScript([naiveKey]) };
-      // Warm all three (the page cache of their files, the JIT), then take turns, who goes first rotating.
+      // Warm all three (the page cache of their files, the JIT), then take turns, who goes first rotating
+      // (each goes first once in three rounds, and always after the same one).
       wrk(cold.base, { ...oursLoad, seconds: 5 });
       wrk(naiveBase, { ...naiveLoad, seconds: 5 });
       wrk(floorBase, { ...naiveLoad, seconds: 5 });
@@ -777,12 +794,14 @@ end
           `${median(rounds.map((r) => r.floor.rps / r.theirs.rps)).toFixed(2)}× the naive service, ours ${median(rounds.map((r) => r.ours.rps / r.floor.rps)).toFixed(2)}× the floor (CPU ${(floorCpuUs / oursCpuUs).toFixed(2)}×)`,
       );
       const p99 = median(rounds.map((r) => r.ours.p99Ms));
-      const errors = rounds.reduce((sum, r) => sum + r.ours.errors + r.theirs.errors + r.floor.errors, 0);
+      const errorsOf = (which: 'ours' | 'theirs' | 'floor') =>
+        rounds.reduce((sum, r) => sum + r[which].errors, 0);
+      const errors = errorsOf('ours') + errorsOf('theirs') + errorsOf('floor');
       results.check(
         `cold reads, random details over ${shape.resources} resources`,
         `${median(rounds.map((r) => r.ours.rps)).toFixed(0)} req/s (p50 ${median(rounds.map((r) => r.ours.p50Ms)).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms, ` +
           `lookups hit ${(median(rounds.map((r) => r.hits)) * 100).toFixed(1)} %) vs naive ${median(rounds.map((r) => r.theirs.rps)).toFixed(0)} req/s ` +
-          `(p99 ${median(rounds.map((r) => r.theirs.p99Ms)).toFixed(1)} ms)${errors ? `, ${errors} errors` : ''}; peak RSS ${peakRssMb(cold.child.pid!).toFixed(0)} MB`,
+          `(p99 ${median(rounds.map((r) => r.theirs.p99Ms)).toFixed(1)} ms)${errors ? `, errors: ours ${errorsOf('ours')}, naive ${errorsOf('theirs')}, floor ${errorsOf('floor')}` : ''}; peak RSS ${peakRssMb(cold.child.pid!).toFixed(0)} MB`,
         `≥ ${GOALS.coldRatio}× naive, p99 ≤ ${GOALS.coldP99Ms} ms; ratio ${ratio.toFixed(2)}×`,
         ratio >= GOALS.coldRatio && p99 <= GOALS.coldP99Ms && errors === 0,
       );
