@@ -11,6 +11,7 @@ import { migrateToLatest } from '../../src/db/migrate.js';
 import { loadConfig } from '../../src/foundation/config.js';
 import { unlimited } from '../helpers/app.js';
 import { type PostgresServer, startPostgresWithDatabase } from '../helpers/servers.js';
+import { sleep } from '../helpers/wait.js';
 import { anyReader, seedCatalog, seedResource, type Timed, timedGet } from './support.js';
 
 /**
@@ -29,8 +30,6 @@ type Phase = 'up' | 'stopping' | 'down' | 'restarting' | 'recovered';
 interface Answer extends Timed {
   readonly phase: Phase;
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('a PostgreSQL outage', () => {
   let server: PostgresServer;

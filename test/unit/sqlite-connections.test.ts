@@ -7,6 +7,7 @@ import { createDatabases, type Databases, sqliteDriverName } from '../../src/db/
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { SqliteWriterDialect } from '../../src/db/sqlite-writer.js';
 import type { Database } from '../../src/db/tables.js';
+import { waitFor } from '../helpers/wait.js';
 
 /**
  * D20 on the embedded default: reads go through a connection of their own, which sees every commit
@@ -77,10 +78,7 @@ describe('SQLite: a reader beside the writer, checkpoints off the event loop', (
           .execute();
     });
     // Committed frames are in the WAL; the worker, looking every few milliseconds, copies them.
-    const deadline = Date.now() + 5000;
-    while (fs.statSync(file).size === before && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await waitFor('the WAL copied into the database file', () => fs.statSync(file).size !== before, 5000);
     expect(fs.statSync(file).size).toBeGreaterThan(before);
     expect(await accountCount(databases.reader)).toBe(2000);
   });
