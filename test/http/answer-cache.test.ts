@@ -101,6 +101,8 @@ describe('read caches', () => {
   let reads: ReadSide;
   let reference: Awaited<ReturnType<typeof referenceSerializer>>;
   const statements: string[] = [];
+  /** The statements requests ran: the change log's poll may fall in any window, and is no request's cost. */
+  const requestStatements = () => statements.filter((sql) => !sql.includes('"data_generation"'));
   let reader: Db;
   const acme = { 'x-api-key': 'acme' };
   const nobody = { 'x-api-key': 'nobody' };
@@ -287,8 +289,7 @@ describe('read caches', () => {
         const res = await get(url);
         expect(res.statusCode, url).toBe(200);
       }
-      // The change log's poll may fall in this window: it is no request's cost.
-      expect(statements.filter((sql) => !sql.includes('"data_generation"'))).toEqual([]);
+      expect(requestStatements()).toEqual([]);
       expect(reads.cache.stats.hits - hits).toBe(urls.length);
     });
 
@@ -313,7 +314,7 @@ describe('read caches', () => {
       // The lazy answer is kept: the next revalidation reads nothing at all.
       statements.length = 0;
       expect((await app.inject({ url, headers: { ...acme, 'if-none-match': etag } })).statusCode).toBe(304);
-      expect(statements).toEqual([]);
+      expect(requestStatements()).toEqual([]);
       // And the full answer carries the same validator.
       const full = await get(url);
       expect(full.statusCode).toBe(200);
