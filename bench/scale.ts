@@ -694,7 +694,7 @@ end
         return { child, base };
       };
       const { child: naive, base: naiveBase } = await yardstick('naive.js');
-      // The floor: the least work a cold read can cost, one search of stored answers (cold-floor.ts).
+      // The floor: the least a Fastify server can do for a cold read, one search of stored answers (cold-floor.ts).
       const { child: floor, base: floorBase } = await yardstick('cold-floor.js');
       // The floor's stored answers are the naive service's answers, byte for byte, or it measures nothing.
       for (const index of [0, Math.floor(shape.resources / 2), shape.resources - 1]) {
@@ -787,7 +787,7 @@ end
       console.log(
         `  cold reads, CPU per request in the server's process: ${oursCpuUs.toFixed(0)} µs against the naive service's ${theirsCpuUs.toFixed(0)} µs (requests per CPU second, ours over theirs: ${(theirsCpuUs / oursCpuUs).toFixed(2)}×${cpuNote})`,
       );
-      // What any server could reach: the floor's rate over the naive service's, and ours over the floor's.
+      // What a Fastify server could reach: the floor's rate over the naive service's, and ours over the floor's.
       console.log(
         `  cold reads, the floor (one search of stored answers, cold-floor.ts): ${median(rounds.map((r) => r.floor.rps)).toFixed(0)} req/s, ` +
           `p99 ${median(rounds.map((r) => r.floor.p99Ms)).toFixed(1)} ms, CPU ${floorCpuUs.toFixed(0)} µs per request; ` +
