@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
+import { sleep } from './wait.js';
 
 /** The checkout whose `npm start` is run. */
 export const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -81,7 +82,7 @@ export async function healthzUntil(address: string, deadline: number): Promise<n
   const served: number[] = [];
   while (Date.now() < deadline) {
     served.push((await fetch(`${address}/healthz`, { headers: { connection: 'close' } })).status);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await sleep(50);
   }
   return served;
 }

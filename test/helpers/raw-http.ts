@@ -1,4 +1,5 @@
 import net from 'node:net';
+import { sleep } from './wait.js';
 
 export interface RawAnswer {
   readonly status: number;
@@ -26,7 +27,7 @@ export async function rawExchange(port: number, text: string | Buffer, waitMs = 
   });
   socket.on('error', () => {});
   socket.write(text);
-  await Promise.race([ended, new Promise((resolve) => setTimeout(resolve, waitMs))]);
+  await Promise.race([ended, sleep(waitMs)]);
   socket.destroy();
   const received = Buffer.concat(chunks).toString('utf8');
   const [head = '', ...rest] = received.split('\r\n\r\n');

@@ -25,6 +25,7 @@ import {
   tick,
 } from '../helpers/fixtures.js';
 import { dataChanged, type ReadSide, readSide } from '../helpers/read-side.js';
+import { sleep } from '../helpers/wait.js';
 
 /**
  * Answers from memory (answers/answer-cache.ts): what they answer is byte for byte what Fastify
@@ -671,7 +672,7 @@ describe('read caches', () => {
       let loads = 0;
       const load = async () => {
         loads++;
-        await new Promise((resolve) => setTimeout(resolve, 10));
+        await sleep(10);
         return Answer.json(`{"load":${loads}}`);
       };
       const [a, b] = await Promise.all([cache.once(key('k'), load), cache.once(key('k'), load)]);

@@ -6,6 +6,7 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { type GivenResource, givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
 import { type ReadSide, readSide } from '../helpers/read-side.js';
+import { sleep } from '../helpers/wait.js';
 
 /**
  * D5 in memory: concurrent loads of one answer are shared only within one audience. An account whose
@@ -27,7 +28,7 @@ describe('D5: a caller with no account never shares a load with the account "nul
   const slowReads: KyselyPlugin = {
     transformQuery: (args) => args.node,
     transformResult: async (args) => {
-      await new Promise((resolve) => setTimeout(resolve, 15));
+      await sleep(15);
       return args.result;
     },
   };

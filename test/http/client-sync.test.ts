@@ -13,6 +13,7 @@ import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../help
 import { givenAccount } from '../helpers/fixtures.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
 import { type Item, listed, Mirror } from '../helpers/sync-feed.js';
+import { sleep } from '../helpers/wait.js';
 
 /**
  * D24 and D27: `client.sync` against the real server, on both stacks. `iterate` walks one sync's
@@ -118,7 +119,7 @@ describe('the client follows the sync feed (D24, D27)', () => {
     expect(initial.flatMap(slugsOf)).toContain('mine');
     // The next page comes from a held request, answered once a change commits.
     const next = pages.next();
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await sleep(300);
     const slug = await publish();
     const committedAt = performance.now();
     const { value } = await next;

@@ -20,6 +20,7 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
 import { AUDIENCE, ISSUER, JwksServer, sign, signingKey } from '../helpers/jwks.js';
+import { sleep } from '../helpers/wait.js';
 
 /**
  * D24: the client library against the real server, on both stacks: every operation, pages walked to
@@ -513,7 +514,7 @@ describe('the TypeScript client (D24)', () => {
       expect(aborted).toMatchObject({ name: 'AbortError' });
       expect(aborted).not.toBeInstanceOf(PlaybookError);
       expect(performance.now() - started).toBeLessThan(2_000);
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await sleep(200);
       expect(connections).toBe(1);
     });
 
@@ -544,7 +545,7 @@ describe('the TypeScript client (D24)', () => {
         'stopped by the caller',
       );
       const before = connections;
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await sleep(200);
       expect(connections).toBe(before);
       const aborted = AbortSignal.abort(new Error('never started'));
       const counted = countingFetch();

@@ -9,6 +9,7 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenCatalog, givenResource } from '../helpers/fixtures.js';
 import { type RawAnswer, rawExchange } from '../helpers/raw-http.js';
+import { sleep } from '../helpers/wait.js';
 
 /**
  * Regression tests for what an outside review found by attacking the running service (issue 8): each
@@ -354,7 +355,7 @@ describe('#4 and D20: requests that arrive too slowly', () => {
           `POST /v3/identity/api-keys HTTP/1.1\r\nHost: x\r\n${credential}Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{`,
         );
         const trickle = setInterval(() => socket.write(' '), 300);
-        await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, 10_000))]);
+        await Promise.race([closed, sleep(10_000)]);
         clearInterval(trickle);
         socket.destroy();
         return { authenticated, text: Buffer.concat(received).toString('utf8') };

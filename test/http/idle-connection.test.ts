@@ -7,6 +7,7 @@ import type { Authenticator } from '../../src/auth/authenticator.js';
 import { buildApp } from '../../src/composition/app.js';
 import { AuthenticationError } from '../../src/foundation/errors.js';
 import { unlimited } from '../helpers/app.js';
+import { sleep } from '../helpers/wait.js';
 
 const REQUEST_MS = 400;
 const KEEP_ALIVE_MS = 1500;
@@ -57,7 +58,7 @@ async function connect(port: number, allowHalfOpen: boolean): Promise<Client> {
     socket,
     text: () => Buffer.concat(chunks).toString('utf8'),
     ended: async (since, timeoutMs) => {
-      await Promise.race([ending, new Promise((resolve) => setTimeout(resolve, timeoutMs))]);
+      await Promise.race([ending, sleep(timeoutMs)]);
       return endedAt === undefined ? null : endedAt - since;
     },
   };
@@ -76,7 +77,7 @@ describe('D20: connections that send too little are closed, and only those', () 
   const allReleased = async (since: number, timeoutMs: number): Promise<number | null> => {
     while (performance.now() - since < timeoutMs) {
       if ((await held()) === 0) return performance.now() - since;
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      await sleep(20);
     }
     return null;
   };
@@ -125,7 +126,7 @@ describe('D20: connections that send too little are closed, and only those', () 
     // The clients' connects complete in the kernel; the server accepts them a moment later.
     let accepted = await held();
     while (accepted < 200 && performance.now() - started < REQUEST_MS / 2) {
-      await new Promise((resolve) => setTimeout(resolve, 5));
+      await sleep(5);
       accepted = await held();
     }
     expect(accepted).toBe(200);
@@ -149,7 +150,7 @@ describe('D20: connections that send too little are closed, and only those', () 
       const before = client.text().length;
       client.socket.write(`GET /healthz HTTP/1.1\r\nHost: x\r\nx-request-id: ${id}\r\n\r\n`);
       while (!client.text().slice(before).includes(`x-request-id: ${id}`)) {
-        await new Promise((resolve) => setTimeout(resolve, 10));
+        await sleep(10);
       }
     };
     await ask('first');

@@ -5,6 +5,7 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
 import { publishedResource as resource } from '../helpers/publish-bodies.js';
+import { sleep } from '../helpers/wait.js';
 import { dumpStorage } from '../import/support.js';
 
 /**
@@ -99,7 +100,7 @@ describe('D20, D21: what a publish body may cost', () => {
         await answer.arrayBuffer();
         expect(answer.status).toBe(200);
         reads.push(performance.now() - started);
-        await new Promise((resolve) => setTimeout(resolve, 50));
+        await sleep(50);
       }
     })();
     const rssBefore = process.memoryUsage().rss;
@@ -107,7 +108,7 @@ describe('D20, D21: what a publish body may cost', () => {
     const sampler = setInterval(() => {
       rssPeak = Math.max(rssPeak, process.memoryUsage().rss);
     }, 10);
-    await new Promise((resolve) => setTimeout(resolve, 120));
+    await sleep(120);
     const started = performance.now();
     const answer = await fetch(`${base}/v3/playbook/catalogs/org/flood`, {
       method: 'PUT',
@@ -120,7 +121,7 @@ describe('D20, D21: what a publish body may cost', () => {
       detail: string;
     };
     const answeredIn = performance.now() - started;
-    await new Promise((resolve) => setTimeout(resolve, 120));
+    await sleep(120);
     reading = false;
     await reader;
     clearInterval(ticker);

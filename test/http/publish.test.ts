@@ -5,6 +5,7 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
 import { publishedResource as resource } from '../helpers/publish-bodies.js';
+import { sleep } from '../helpers/wait.js';
 import { dumpStorage, sha256 } from '../import/support.js';
 
 /**
@@ -568,7 +569,7 @@ describe('publishing over HTTP (D23)', () => {
         const started = Date.now();
         let now = seen;
         while (now === seen && Date.now() - started < 3000) {
-          await new Promise((resolve) => setTimeout(resolve, 50));
+          await sleep(50);
           now = (await other.inject({ url, headers: reader })).json().data.length;
         }
         expect(now).toBe(seen + 1);

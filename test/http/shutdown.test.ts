@@ -6,6 +6,7 @@ import type { Authenticator } from '../../src/auth/authenticator.js';
 import { buildApp } from '../../src/composition/app.js';
 import { AuthenticationError } from '../../src/foundation/errors.js';
 import { unlimited } from '../helpers/app.js';
+import { sleep } from '../helpers/wait.js';
 
 const refuseAll: Authenticator = {
   authenticate: async () => {
@@ -67,7 +68,7 @@ describe('graceful shutdown (D14 serve, D2)', () => {
     await inFlight;
     const closing = app.close();
     // close() runs its hooks asynchronously; the in-flight request ends once draining has begun.
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await sleep(50);
     release();
     const text = await exchange.received;
     // Without Connection: close, the idle keep-alive socket would hold close() for 72 seconds.

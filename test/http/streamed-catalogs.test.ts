@@ -19,6 +19,7 @@ import {
   StreamedReads,
   wholeSerializer,
 } from '../helpers/streamed-reads.js';
+import { sleep } from '../helpers/wait.js';
 
 /**
  * The answers that carry Catalogs' pins written as they are read (D30): the catalogs list, and one
@@ -153,9 +154,9 @@ describe('answers of Catalogs, written as they are read (D30)', () => {
       const fresh = await serve();
       const before = counted.pinReads;
       await readThenGoAway(fresh.port, path, acme, 2 * 1024 * 1024);
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await sleep(200);
       const atCancel = counted.pinReads;
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      await sleep(500);
       expect(counted.pinReads).toBe(atCancel);
       expect(atCancel - before).toBeLessThan(wholeRead / 2);
       // And the instance answers again, whole.

@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { runCli } from '../helpers/cli.js';
 import { healthzUntil, npmStart, type Started } from '../helpers/npm-start.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
-import { waitFor } from '../helpers/wait.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 /**
  * D29, D31: SIGINT and SIGTERM through `npm start` drain once. A terminal's Ctrl-C is a SIGINT to
@@ -163,7 +163,7 @@ describe('signals through npm start (D29, D31)', () => {
       const pid = target === 'group' ? -started.child.pid! : started.child.pid!;
       for (let i = 0; i < times; i++) {
         process.kill(pid, signal);
-        if (i + 1 < times) await new Promise((resolve) => setTimeout(resolve, 20));
+        if (i + 1 < times) await sleep(20);
       }
       // The drain has begun (and the listener is closed) while the request is still waiting for its body.
       await waitFor('the drain line', () => started.messages().includes('draining in-flight requests'), 5000);

@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { healthzUntil, npmStart, ROOT, type Started } from '../helpers/npm-start.js';
 import { freePort } from '../helpers/servers.js';
-import { waitFor } from '../helpers/wait.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 describe('npm start (README)', () => {
   let dataDir: string;
@@ -114,7 +114,7 @@ describe('npm start (README)', () => {
     while (Date.now() - committed < 3000) {
       seen = await slugs();
       if (seen.length > 0) break;
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      await sleep(50);
     }
     expect(seen).toEqual(['runbooks']);
     expect(Date.now() - committed).toBeLessThan(1000);

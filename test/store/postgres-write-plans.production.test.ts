@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
+import { sleep } from '../helpers/wait.js';
 
 /**
  * PostgreSQL checks each new Resource Version against its Resource (a foreign key) with a query it
@@ -27,7 +28,7 @@ describe('PostgreSQL: a large write looks its Resources up by key', () => {
   async function scansOfResources(): Promise<number> {
     const db = backend.databases.primary;
     // Statistics reach the shared counters at most once a second, and a snapshot is kept per transaction.
-    await new Promise((resolve) => setTimeout(resolve, 1200));
+    await sleep(1200);
     await sql`select pg_stat_clear_snapshot()`.execute(db);
     const { rows } = await sql<{ seq_scan: string }>`
       select seq_scan from pg_stat_user_tables where relname = 'resources'`.execute(db);

@@ -13,6 +13,7 @@ import {
 import { handleError } from '../../src/http/problem.js';
 import { createTestBackend, loggedDb, type TestBackend } from '../helpers/backend.js';
 import { freePort } from '../helpers/servers.js';
+import { sleep } from '../helpers/wait.js';
 
 /**
  * PostgreSQL as the service opens it (create-db.ts) and as the migrations leave it: byte-wise text,
@@ -139,7 +140,7 @@ describe('PostgreSQL failures become 503 problem documents', () => {
     const db = open({ poolSize: 1, connectTimeoutMs: 300 }).primary;
     const holding = sql`select pg_sleep(1)`.execute(db);
     // Let the holder check its connection out first.
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await sleep(100);
     expectUnavailable(await answerTo(() => sql`select 1`.execute(db)), 1000);
     await holding;
   });
@@ -178,7 +179,7 @@ describe('PostgreSQL failures become 503 problem documents', () => {
         await admin.query('select pg_terminate_backend($1)', [rows[0]!.pid]);
         await admin.end();
         // The server's FATAL message arrives while this connection is lent out and runs no query.
-        await new Promise((resolve) => setTimeout(resolve, 300));
+        await sleep(300);
       });
       const { rows } = await sql<{ one: number }>`select 1 as one`.execute(db);
       expect(rows[0]!.one).toBe(1);
@@ -229,7 +230,7 @@ describe("A test's own connections (loggedDb)", () => {
     try {
       // Idle in the pool: the server's FATAL message comes to a connection nobody holds.
       await terminate(await pids());
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await sleep(300);
       const { rows } = await sql<{ one: number }>`select 1 as one`.execute(db);
       expect(rows[0]!.one).toBe(1);
       // Closing: the pool's end resolves before its connections have closed.
@@ -237,7 +238,7 @@ describe("A test's own connections (loggedDb)", () => {
       closed = true;
       await db.destroy();
       await terminate(last);
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await sleep(300);
     } finally {
       process.off('uncaughtException', collect);
       if (!closed) await db.destroy();

@@ -6,6 +6,7 @@ import { WriteContentionError } from '../../src/foundation/errors.js';
 import { Metrics } from '../../src/observability/metrics.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { accountChange, OPERATOR, writeCounts } from '../helpers/changes.js';
+import { sleep } from '../helpers/wait.js';
 
 /**
  * D26 on PostgreSQL: a write of another process waits for the writers' turn as a lock, a bounded
@@ -29,13 +30,13 @@ describe('the writers’ turn across processes on PostgreSQL (D26)', () => {
   const holdTurn = (ms: number) =>
     new UnitOfWork(backend.databases.primary).run('import', OPERATOR, async (write) => {
       await write.append([accountChange('holder')]);
-      await new Promise((resolve) => setTimeout(resolve, ms));
+      await sleep(ms);
     });
 
   it('waits through a turn held longer than one wait, then commits after it, numbered after it', async () => {
     const start = await readHead(backend.databases.primary);
     const holder = holdTurn(700);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await sleep(50);
     const retries: number[] = [];
     const metrics = new Metrics();
     const waiting = new UnitOfWork(other.primary, { turnWaitMs: 200, backoffMs: 10, metrics }).run(
@@ -63,7 +64,7 @@ describe('the writers’ turn across processes on PostgreSQL (D26)', () => {
   it('gives up with 503 (WriteContentionError) when the turn stays held past every attempt, writing nothing', async () => {
     const start = await readHead(backend.databases.primary);
     const holder = holdTurn(1500);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await sleep(50);
     const metrics = new Metrics();
     const waiting = new UnitOfWork(other.primary, {
       turnWaitMs: 100,

@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { AnswerCache } from '../../src/answers/answer-cache.js';
 import { answerKey } from '../../src/answers/answer-keys.js';
 import { Answer } from '../../src/http/answer.js';
+import { sleep } from '../helpers/wait.js';
 
 /** A Resource detail's JSON of about 2 KB, different for each `i`, as a cold read keeps them. */
 function detailText(i: number): string {
@@ -30,7 +31,7 @@ describe('the answers budget bounds what kept answers hold (D30)', () => {
     // Native memory let go by a collection (a compressor's) is given back a turn later.
     const held = async () => {
       gc();
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await sleep(100);
       gc();
       const { heapUsed, external } = process.memoryUsage();
       return heapUsed + external;

@@ -6,6 +6,7 @@ import { Kysely, SqliteDialect, sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createDatabases, sqliteDriver, sqliteDriverName } from '../../src/db/create-db.js';
 import { SqliteWriterDialect, type SqliteWriterOptions } from '../../src/db/sqlite-writer.js';
+import { sleep } from '../helpers/wait.js';
 
 interface Tables {
   items: { id: number | null; name: string; data: Uint8Array | null; size: number | bigint | null };
@@ -223,9 +224,9 @@ describe('SQLite: the writer on a thread of its own', () => {
     await createItems(db);
     const running = db.transaction().execute(async (trx) => {
       await trx.insertInto('items').values({ name: 'last' }).execute();
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      await sleep(50);
     });
-    await new Promise((resolve) => setTimeout(resolve, 10));
+    await sleep(10);
     await db.destroy();
     await running;
     // The last connection to close checkpoints the WAL into the file and removes it.
@@ -297,7 +298,7 @@ describe('SQLite: the event loop turns while the writer works (D20)', () => {
       });
       const tookMs = performance.now() - started;
       // A turn held up by the write runs after it: it is counted before the timer stops.
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      await sleep(20);
       clearInterval(ticking);
       const count = await sql<{ n: number }>`select count(*) as n from ${sql.table(table)}`.execute(
         databases.reader,
