@@ -82,6 +82,8 @@ export class ReadAnswers {
   constructor(
     private readonly reads: PlaybookService,
     private readonly answers: AnswerCache,
+    /** Told of a Resource whose stored detail is not of the current form (D30). */
+    private readonly missingDetail: (resourceId: string) => void = () => {},
   ) {}
 
   listCatalogs(
@@ -208,12 +210,22 @@ export class ReadAnswers {
     const key = (audience: Audience | null) => answerKey('resource', audience, resourceId);
     return (
       this.heldFor(principal, key) ??
-      this.load(
-        key(callerAudience(principal)),
-        () => this.reads.getResource(principal, resourceId),
-        serialize,
-        key,
-      )
+      this.answers.once(key(callerAudience(principal)), async () => {
+        const ticket = this.answers.ticket();
+        // The read model first (D30): one search, and the text as it is sent.
+        const stored = await this.reads.storedResource(principal, resourceId, this.missingDetail);
+        if (stored) {
+          const answer = Answer.json(stored.value.text, stored.tag);
+          return this.keep(key(stored.audience), answer, ticket, stored.namespaces);
+        }
+        const seen = await this.reads.getResource(principal, resourceId);
+        return this.keep(
+          key(seen.audience),
+          Answer.json(serialize(seen.value), seen.tag),
+          ticket,
+          seen.namespaces,
+        );
+      })
     );
   }
 

@@ -35,6 +35,7 @@ import {
 } from './mappers.js';
 import { type CatalogTagRow, readCatalogTagger, resourceTag } from './object-tags.js';
 import * as repo from './read-repository.js';
+import { findStoredDetail, type OwnerDetail, STORED_DETAIL_FORM } from './stored-details.js';
 import { type PinsHead, readPinsHeads, readStoredPins, storedPinsText } from './stored-pins.js';
 import { planAllows } from './visibility.js';
 
@@ -86,6 +87,11 @@ export interface CatalogsPage extends PinsInStorage {
 /** One Catalog with its current version's `resourcePins` left empty, and its pins in storage. */
 export interface CatalogRead extends PinsInStorage {
   readonly catalog: Catalog;
+}
+
+/** A detail's answer text as the read model stores it, with its version tag. */
+export interface StoredText {
+  readonly text: string;
 }
 
 /**
@@ -220,6 +226,51 @@ export class PlaybookService {
   }
 
   /**
+   * `getResource` from the read model (D30): the stored text of the Resource's detail, when the table
+   * holds one of the current form that the caller may see (the plan gate applies as it does to a read
+   * from the rows). None otherwise, and the detail is read from the rows; `missing` is told of a row
+   * not of the current form, to have it written again.
+   */
+  async storedResource(
+    principal: Principal,
+    resourceId: string,
+    missing: (resourceId: string) => void,
+  ): Promise<Seen<StoredText> | undefined> {
+    const row = await findStoredDetail(this.db, resourceId);
+    if (row === undefined) return undefined;
+    if (row.form !== STORED_DETAIL_FORM) {
+      missing(resourceId);
+      return undefined;
+    }
+    // Another account's Resource is read the way it always is: not found.
+    if (row.account_id !== null && row.account_id !== principal.accountId) return undefined;
+    this.checkPlan(principal, row.account_id, row.facets);
+    return {
+      value: { text: row.body },
+      audience: audienceOf(principal, row.account_id),
+      namespaces: [namespaceOf(row.account_id)],
+      tag: row.tag,
+    };
+  }
+
+  /**
+   * A Resource's detail as its owner's callers see it, without the plan gate: what the read model
+   * stores. None when its owner does not see it (a service draft) or it is absent.
+   */
+  async ownerDetail(resourceId: string): Promise<OwnerDetail | undefined> {
+    const owner = await repo.ownerOfResource(this.db, resourceId);
+    if (!owner) return undefined;
+    const row = await repo.findResource(this.db, owner, resourceId);
+    if (!row) return undefined;
+    return {
+      detail: toResourceDetail(row, await this.contentOf(row)),
+      tag: resourceTag(row.resource, row.currentVersion),
+      accountId: row.catalogAccountId,
+      facets: row.resource.facets,
+    };
+  }
+
+  /**
    * The audience of the Resource a human ref names, known before reading it: a service Resource's
    * detail is seen alike by every caller on the same plan (D6), an account's by its callers.
    */
@@ -238,17 +289,20 @@ export class PlaybookService {
   /** A Resource's detail once it is found visible: its plan gate (D6), then its content. */
   private async detailOf(principal: Principal, row: repo.ResourceDetailRow): Promise<Seen<ResourceDetail>> {
     this.checkPlan(principal, row.catalogAccountId, row.resource.facets);
-    const { content_hash, storage_backend } = row.currentVersion;
-    const content =
-      typeof row.storedContent === 'string'
-        ? this.content.checked(storage_backend, content_hash, row.storedContent)
-        : await this.content.read(storage_backend, content_hash);
     return {
-      value: toResourceDetail(row, content),
+      value: toResourceDetail(row, await this.contentOf(row)),
       audience: audienceOf(principal, row.catalogAccountId),
       namespaces: [namespaceOf(row.catalogAccountId)],
       tag: resourceTag(row.resource, row.currentVersion),
     };
+  }
+
+  /** A detail's content: read with its row from the database, or from its store; checked (D12). */
+  private async contentOf(row: repo.ResourceDetailRow): Promise<string> {
+    const { content_hash, storage_backend } = row.currentVersion;
+    return typeof row.storedContent === 'string'
+      ? this.content.checked(storage_backend, content_hash, row.storedContent)
+      : this.content.read(storage_backend, content_hash);
   }
 
   /**

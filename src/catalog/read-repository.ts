@@ -379,7 +379,7 @@ export async function listResources(
 /** Whose view a prepared query is built for: one with an account compares it as a value. */
 type ViewShape = 'account' | 'none';
 
-const viewShape = (principal: Principal): ViewShape => (principal.accountId === null ? 'none' : 'account');
+const viewShape = (principal: Viewer): ViewShape => (principal.accountId === null ? 'none' : 'account');
 
 /** The viewer a prepared query of `shape` is built for. */
 const viewerOf = (shape: ViewShape, accountId: string): Viewer => ({
@@ -440,7 +440,7 @@ const DETAIL_BY_REF = new PreparedQuery(
  */
 export async function findResource(
   db: Db,
-  principal: Principal,
+  principal: Viewer,
   resourceId: string,
 ): Promise<ResourceDetailRow | undefined> {
   if (searchesByKey(db)) {
@@ -464,6 +464,20 @@ export async function findResource(
     resourceId,
   });
   return detailRowOf(rows[0]);
+}
+
+/** The account of the Catalog of the Resource `resourceId` (null for the service's); none when absent. */
+export async function ownerOfResource(
+  db: Db,
+  resourceId: string,
+): Promise<{ accountId: string | null } | undefined> {
+  const row = await db
+    .selectFrom('resources')
+    .innerJoin('catalogs', 'catalogs.id', 'resources.catalog_id')
+    .select('catalogs.account_id')
+    .where('resources.id', '=', resourceId)
+    .executeTakeFirst();
+  return row && { accountId: row.account_id };
 }
 
 /** `findResource` of the Resource named `owner/catalogSlug/resourceSlug` (D29). */

@@ -11,6 +11,7 @@ import {
   type ChangeType,
   type NewChange,
 } from './change-log.js';
+import { forgetStoredDetails } from './forget-details.js';
 
 /** The writes of the service, as the metrics and the logs name them. */
 export type WriteName =
@@ -23,7 +24,9 @@ export type WriteName =
   | 'key-roll'
   | 'key-revoke'
   | 'account-set'
-  | 'webhook-endpoint';
+  | 'webhook-endpoint'
+  /** Rows of the read model of details (D30), written by the service itself. */
+  | 'store-details';
 
 /** What a write works with inside its transaction. */
 export interface WriteScope {
@@ -92,6 +95,9 @@ const DEFAULT_QUEUE_WAIT_MS = 30_000;
  * The one way a write reaches the database. It owns the transaction and its retries, appends the
  * write's changes to the log in that transaction, tells the follower after the commit, and records
  * the metrics. A caller answers only after `run` returns, that is after the commit.
+ *
+ * Each append also deletes the stored details of what its changes name (D30, forget-details.ts), so
+ * that no write road can leave one showing what it changed.
  *
  * Writers take turns. A write's first statement claims the log's head row (see `claimHead`), which
  * PostgreSQL holds locked and SQLite holds as its one writer until the commit; every statement after
@@ -192,6 +198,7 @@ export class UnitOfWork {
             append: async (changes) => {
               if (changes.length === 0) return;
               const lastSeq = await appendChanges(trx, context, changes);
+              await forgetStoredDetails(trx, changes);
               const appendedNow = { firstSeq: lastSeq - changes.length + 1, lastSeq, changes, context };
               for (const hook of this.options.afterAppend ?? []) await hook(trx, appendedNow);
               for (const { type } of changes) appended.set(type, (appended.get(type) ?? 0) + 1);

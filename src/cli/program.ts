@@ -12,6 +12,7 @@ import { Metrics } from '../observability/metrics.js';
 import { registerAccountsCommand } from './accounts.js';
 import { registerAuditCommand } from './audit.js';
 import { type CliContext, CommandError } from './context.js';
+import { registerDetailsCommand } from './details.js';
 import { registerGetCommand } from './get.js';
 import { registerImportCommand } from './import.js';
 import { registerKeysCommand } from './keys.js';
@@ -166,6 +167,7 @@ export function buildProgram(context: CliContext): Command {
   for (const register of [
     registerServeCommand,
     registerMigrateCommand,
+    registerDetailsCommand,
     registerImportCommand,
     registerAccountsCommand,
     registerTokenCommand,

@@ -134,6 +134,9 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
       // D28: webhook deliveries are made by every instance, off the request path, once it has started
       // (attempts made while it still starts would be timed by a busy event loop).
       if (!stopping) services.webhookDispatcher.start();
+      // D30: the rows of the read model of details the database lacks are written once serving, off
+      // the request path, then kept as the change log is followed.
+      if (!stopping) services.storedDetails.start(services.follower);
       for (const line of services.gettingStarted(address)) context.stderr.write(`${line}\n`);
       if (metrics) context.stderr.write(`Metrics for Prometheus: ${metrics.address}/metrics\n`);
     });

@@ -7,6 +7,7 @@ import type { Authenticator } from '../auth/authenticator.js';
 import { createIdentity, type Identity, type IdentityOptions } from '../auth/identity.js';
 import type { RateLimits } from '../auth/rate-limits.js';
 import { PlaybookService } from '../catalog/playbook-service.js';
+import { compileDetailSerializer, StoredDetailsBuilder } from '../catalog/stored-details.js';
 import type { ChangeFollower } from '../changes/change-follower.js';
 import { MemoryTrust } from '../changes/memory-trust.js';
 import type { UnitOfWork } from '../changes/unit-of-work.js';
@@ -48,6 +49,8 @@ export interface Services {
   readonly playbook: PlaybookService;
   /** The read operations' answers: the read side's values serialized and kept in `answers`. */
   readonly reads: ReadAnswers;
+  /** The read model of details (D30): writes its rows once started. */
+  readonly storedDetails: StoredDetailsBuilder;
   /** D23: writes of accounts' Catalogs over HTTP, on the primary database. */
   readonly publish: PublishService;
   readonly readiness: ReadinessCheck[];
@@ -159,7 +162,15 @@ export function createServices(
   follower.onChange((followed) => answers.follow(followed));
   const unobserve = metrics.observeAnswerCacheSize(() => answers.stats.bytes);
   const playbook = new PlaybookService(databases.reader, content);
-  const reads = new ReadAnswers(playbook, answers);
+  // D30: the read model of details, written by the service; `serve` starts it once listening.
+  const storedDetails = new StoredDetailsBuilder(
+    databases.reader,
+    writes,
+    (resourceId) => playbook.ownerDetail(resourceId),
+    compileDetailSerializer(),
+    { logger },
+  );
+  const reads = new ReadAnswers(playbook, answers, (resourceId) => storedDetails.request(resourceId));
   const audit = new AuditLog(databases.primary);
   const identity = createIdentity(config, databases.primary, logger, {
     // SQLite's reader sees every commit at once (WAL); a PostgreSQL replica may lag a revocation.
@@ -223,6 +234,7 @@ export function createServices(
     observation,
     playbook,
     reads,
+    storedDetails,
     publish,
     readiness,
     servesFromMemory: () => answers.stats.entries > 0 && trust.trusted,
@@ -239,6 +251,8 @@ export function createServices(
     close: async () => {
       sync?.held.close();
       await webhookDispatcher.stop();
+      storedDetails.stop();
+      await storedDetails.settled();
       unobserve();
       unwatchDatabase();
       trust.close();

@@ -148,6 +148,20 @@ export interface ChangeTable {
   summary: string;
 }
 
+/**
+ * The read model of a Resource's detail (D30, migration 0013): its answer's text and version tag, whose
+ * it is and its facets. `n` exists on SQLite alone (the rowid the row is stored by).
+ */
+export interface StoredDetailTable {
+  resource_id: string;
+  catalog_id: string;
+  account_id: string | null;
+  facets: string | null;
+  form: string;
+  tag: string;
+  body: string;
+}
+
 /** An account's webhook endpoint (D28): its signing secret sealed, never in the clear or hashed. */
 export interface WebhookEndpointTable {
   id: string;
@@ -221,6 +235,7 @@ export interface Database {
   webhook_subscriptions: WebhookSubscriptionTable;
   webhook_deliveries: WebhookDeliveryTable;
   webhook_attempts: WebhookAttemptTable;
+  stored_details: StoredDetailTable;
 }
 
 export type Db = Kysely<Database>;

@@ -55,9 +55,12 @@ export async function followNow(): Promise<void> {
 /**
  * What a fixture does after writing straight to the tables, past the change log: it moves the log's
  * head without a change, which tells every follower that it cannot say what changed, so each drops
- * every answer it holds (as after a write of a process that predates the log).
+ * every answer it holds (as after a write of a process that predates the log). It deletes every stored
+ * detail, as a write deletes those of what it changes.
  */
 export async function dataChanged(db: Db): Promise<void> {
+  // What a write forgets in its transaction (D30): the stored details of what it changed, here all.
+  await db.deleteFrom('stored_details').execute();
   await sql`update data_generation set generation = generation + 1 where id = 1`.execute(db);
   await followNow();
 }
