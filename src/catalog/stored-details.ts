@@ -1,8 +1,9 @@
 import { Type } from '@sinclair/typebox';
 import fastJson from 'fast-json-stringify';
 import type { FastifyBaseLogger } from 'fastify';
-import type { ChangeFollower, FollowedChanges } from '../changes/change-follower.js';
+import type { ChangeFollower } from '../changes/change-follower.js';
 import { readHead } from '../changes/change-log.js';
+import { CATALOG_CHANGES_SHOWN } from '../changes/forget-details.js';
 import type { UnitOfWork } from '../changes/unit-of-work.js';
 import { chunk, MAX_IN_LIST } from '../db/batches.js';
 import { PreparedQuery } from '../db/prepared-query.js';
@@ -60,14 +61,6 @@ export interface OwnerDetail {
   readonly facets: string | null;
 }
 
-/** Resources read and written per round of the builder. */
-const ROUND = 200;
-/** Ids of Resources listed per statement by a pass. */
-const IDS_PER_READ = 1000;
-
-/** A stored detail as the builder writes it. */
-type NewStoredDetail = StoredDetailTable;
-
 /** The serializer of a Resource's detail: the one the route's 200 response schema compiles to. */
 export type SerializeDetail = (detail: ResourceDetail) => string;
 
@@ -80,6 +73,27 @@ export function compileDetailSerializer(): SerializeDetail {
   return fastJson(Type.Ref(ResourceDetail), { schema: schemas }) as SerializeDetail;
 }
 
+/** Resources read and written per round of the builder, at most. */
+const ROUND = 200;
+/** Characters of stored text written per round, at most (a round ends early at this many). */
+const ROUND_CHARS = 4 * 1024 * 1024;
+/**
+ * A detail whose answer is longer than this (its content is large) gets no row: it is read the way it
+ * always is, content from its store, rather than copied into the database.
+ */
+export const MAX_STORED_CHARS = 1024 * 1024;
+/** Ids of Resources listed per statement by a pass, and changes read per statement. */
+const IDS_PER_READ = 1000;
+/** Rows written per statement: a few hundred kilobytes of text, mostly. */
+const ROWS_PER_INSERT = 50;
+/** Resources asked for by reads (`request`) held at most; beyond, a read's ask is let go. */
+const MAX_REQUESTED = 10_000;
+/** How long the builder waits after a round failed (the database down, writes contended). */
+const RETRY_MS = 5000;
+
+/** A stored detail as the builder writes it. */
+type NewStoredDetail = StoredDetailTable;
+
 export interface StoredDetailsBuilderOptions {
   readonly logger?: FastifyBaseLogger;
   /** Resources read and written per round (a test makes it small). */
@@ -87,18 +101,30 @@ export interface StoredDetailsBuilderOptions {
 }
 
 /**
- * Writes the stored details: at start, of every Resource the table has no row for; then, as the
- * change log is followed, of the Resources whose rows the writes deleted. One round at a time, a
- * Resource after another, each yielding to requests, so that the work never holds a request up.
+ * Writes the stored details: at start, of every Resource the table has no row for; then of the
+ * Resources and Catalogs the change log names, read from the log itself after the position the
+ * builders recorded last (`stored_details_followed`), so that a change made while no instance of this
+ * release was following (a process of an earlier release wrote it, and deleted no row) is caught up
+ * with at the next start. One round at a time, each Resource yielding to requests, so that the work
+ * never holds a request up.
+ *
+ * `reader` must read what the primary has committed, in order (a load-balanced set of replicas may
+ * not): the head read before a round must not be newer than the rows read after it.
  */
 export class StoredDetailsBuilder {
   /** Resources whose rows are to be written. */
   private readonly due = new Set<string>();
-  /** Catalogs whose Resources' rows are to be written (a change of the Catalog deleted them). */
+  /** Catalogs whose Resources' rows are to be written. */
   private readonly dueCatalogs = new Set<string>();
-  /** Whether a pass over every Resource is due (at start, and when the log could not be followed). */
+  /** Whether a pass over every Resource for rows the table lacks is due (at start). */
   private passDue = false;
+  /** Whether the log may hold changes after `position` (a follower said so, or at start). */
+  private logAhead = false;
+  /** The `seq` of the last change whose Resources and Catalogs are due or written; read at start. */
+  private position: number | undefined;
+  private recorded: number | undefined;
   private running: Promise<void> | undefined;
+  private retry: NodeJS.Timeout | undefined;
   private stopped = false;
   private unfollow: (() => void) | undefined;
   private readonly round: number;
@@ -113,58 +139,65 @@ export class StoredDetailsBuilder {
     this.round = options.round ?? ROUND;
   }
 
-  /** Writes the rows the table lacks, then follows `follower`'s changes. */
+  /** Catches up with the log, writes the rows the table lacks, then follows `follower`'s changes. */
   start(follower: ChangeFollower): void {
-    this.unfollow = follower.onChange((followed) => this.follow(followed));
+    this.unfollow = follower.onChange(() => {
+      this.logAhead = true;
+      this.kick();
+    });
     this.passDue = true;
+    this.logAhead = true;
     this.kick();
   }
 
   /** Stops after the Resource being written; `settled` resolves once it is. */
   stop(): void {
     this.stopped = true;
+    clearTimeout(this.retry);
     this.unfollow?.();
   }
 
-  /** Resolves once everything due so far is written (or given up on). */
+  /** Resolves once everything due so far is written (or given up on until the next retry). */
   async settled(): Promise<void> {
     while (this.running) await this.running;
   }
 
   /** Asks for the row of one Resource (a read met none of the current form). */
   request(resourceId: string): void {
+    // During a rollout every read may meet a row of the other form: what is held stays bounded, and
+    // a Resource let go is asked for again by its next read.
+    if (this.due.size >= MAX_REQUESTED) return;
     this.due.add(resourceId);
     this.kick();
   }
 
-  /** Writes every row the table lacks, to the end: what `playbook details build` runs. */
+  /**
+   * Catches up with the log and writes every row the table lacks, to the end: what `playbook details
+   * build` runs. Returns how many rows it wrote.
+   */
   async buildAll(): Promise<number> {
     this.passDue = true;
+    this.logAhead = true;
     return this.work();
   }
 
-  private follow({ changes, startAfresh }: FollowedChanges): void {
-    if (startAfresh) this.passDue = true;
-    for (const { type, target } of changes) {
-      if (target.kind === 'resource') this.due.add(target.id);
-      else if (target.kind === 'catalog' && type !== 'catalog.created') this.dueCatalogs.add(target.id);
-    }
-    this.kick();
-  }
-
   private kick(): void {
-    if (this.running || this.stopped) return;
-    if (!this.passDue && this.due.size === 0 && this.dueCatalogs.size === 0) return;
+    if (this.running || this.stopped || this.retry) return;
+    if (!this.passDue && !this.logAhead && this.due.size === 0 && this.dueCatalogs.size === 0) return;
     this.running = this.work()
-      .then(() => undefined)
-      .catch((error: unknown) => {
-        // The rows stay missing, and their Resources are read the way they always are; the next
-        // change or start tries again.
-        this.options.logger?.warn({ err: error }, 'stored details could not be written');
-      })
-      .finally(() => {
+      .then(() => {
         this.running = undefined;
         this.kick();
+      })
+      .catch((error: unknown) => {
+        // What was due stays due; its Resources are read the way they always are meanwhile.
+        this.options.logger?.warn({ err: error }, 'stored details could not be written; trying again');
+        this.running = undefined;
+        this.retry = setTimeout(() => {
+          this.retry = undefined;
+          this.kick();
+        }, RETRY_MS);
+        this.retry.unref();
       });
   }
 
@@ -174,18 +207,21 @@ export class StoredDetailsBuilder {
     while (!this.stopped) {
       if (this.due.size > 0) {
         const ids = [...this.due].slice(0, this.round);
-        for (const id of ids) this.due.delete(id);
         written += await this.write(ids);
+        for (const id of ids) this.due.delete(id);
       } else if (this.dueCatalogs.size > 0) {
-        const [catalogId] = this.dueCatalogs;
-        this.dueCatalogs.delete(catalogId!);
+        const [catalogId] = this.dueCatalogs as Set<string>;
         written += await this.pass(catalogId);
+        this.dueCatalogs.delete(catalogId!);
+      } else if (this.logAhead) {
+        await this.readLog();
       } else if (this.passDue) {
-        this.passDue = false;
         const passed = await this.pass(undefined);
+        this.passDue = false;
         written += passed;
         this.options.logger?.info({ written: passed }, 'stored details written for every Resource');
       } else {
+        await this.record();
         break;
       }
     }
@@ -193,8 +229,54 @@ export class StoredDetailsBuilder {
   }
 
   /**
-   * Writes the rows of every Resource of one Catalog (whose change deleted them, or, written by a
-   * process of an earlier release, did not), or, without one, the rows the table lacks.
+   * Reads the next page of the log after `position`: its Resources, and the Catalogs whose changes
+   * show in their Resources' details, become due. Only when what is due is written is a next page read,
+   * so what is due stays within a page.
+   */
+  private async readLog(): Promise<void> {
+    if (this.position === undefined) {
+      const row = await this.reader
+        .selectFrom('stored_details_followed')
+        .select('seq')
+        .where('id', '=', 1)
+        .executeTakeFirstOrThrow();
+      this.position = Number(row.seq);
+      this.recorded = this.position;
+    }
+    const page = await this.reader
+      .selectFrom('changes')
+      .select(['seq', 'type', 'target_kind', 'target_id'])
+      .where('seq', '>', this.position)
+      .orderBy('seq')
+      .limit(IDS_PER_READ)
+      .execute();
+    if (page.length < IDS_PER_READ) this.logAhead = false;
+    for (const change of page) {
+      if (change.target_kind === 'resource') this.due.add(change.target_id);
+      else if (change.target_kind === 'catalog' && CATALOG_CHANGES_SHOWN.has(change.type)) {
+        this.dueCatalogs.add(change.target_id);
+      }
+    }
+    if (page.length > 0) this.position = Number(page.at(-1)!.seq);
+  }
+
+  /** Records how far the log is followed, once everything it named is written: the next start's. */
+  private async record(): Promise<void> {
+    const position = this.position;
+    if (position === undefined || position === this.recorded) return;
+    await this.writes.run('store-details', { actor: { type: 'service' } }, (write) =>
+      write.db
+        .updateTable('stored_details_followed')
+        .set({ seq: position })
+        .where('id', '=', 1)
+        .where('seq', '<', position)
+        .execute(),
+    );
+    this.recorded = position;
+  }
+
+  /**
+   * Writes the rows of every Resource of one Catalog, or, without one, the rows the table lacks.
    */
   private async pass(catalogId: string | undefined): Promise<number> {
     let written = 0;
@@ -230,74 +312,116 @@ export class StoredDetailsBuilder {
 
   /**
    * Reads the details of `ids` and writes their rows, each only if nothing it shows changed since the
-   * head read first. A Resource whose row could not be written so is due again; one not visible to its
-   * owner (a service draft) or gone has none.
+   * head read first (a change after it is in the log, and makes its Resource due again). A Resource its
+   * owner does not see (a service draft), gone, too large to store, or whose detail cannot be read
+   * (its content damaged, D12) has no row. Returns how many rows it wrote.
    */
   private async write(ids: readonly string[]): Promise<number> {
-    const seen = await readHead(this.reader);
-    const rows: NewStoredDetail[] = [];
-    const unseen: string[] = [];
+    let written = 0;
+    let seen = await readHead(this.reader);
+    let rows: NewStoredDetail[] = [];
+    let chars = 0;
+    const none: string[] = [];
+    const flush = async () => {
+      if (rows.length > 0 || none.length > 0) {
+        const batch = rows;
+        const gone = none.splice(0);
+        written += await this.writes
+          .run('store-details', { actor: { type: 'service' } }, async (write) => {
+            // A row its Resource should not have goes, whenever that changed: deleting is never stale.
+            for (const slice of chunk(gone, MAX_IN_LIST)) {
+              await write.db.deleteFrom('stored_details').where('resource_id', 'in', slice).execute();
+            }
+            return storeWhenCurrent(write.db, batch, seen);
+          })
+          .then(({ stored, stale }) => {
+            // The change that made a detail stale is in the log after the position: read on to it.
+            if (stale) this.logAhead = true;
+            return stored;
+          });
+      }
+      rows = [];
+      chars = 0;
+    };
     for (const id of ids) {
       if (this.stopped) break;
-      const read = await this.read(id);
-      if (!read) unseen.push(id);
+      const body = await this.detailOf(id);
+      if (body === undefined) none.push(id);
       else {
-        rows.push({
-          resource_id: id,
-          catalog_id: read.detail.catalogId,
-          account_id: read.accountId,
-          facets: read.facets,
-          form: STORED_DETAIL_FORM,
-          tag: read.tag,
-          body: this.serialize(read.detail),
-        });
+        rows.push(body);
+        chars += body.body.length;
+        if (chars >= ROUND_CHARS) {
+          await flush();
+          seen = await readHead(this.reader);
+        }
       }
       await nextTurn();
     }
-    if (rows.length === 0 && unseen.length === 0) return 0;
-    const stale = await this.writes.run('store-details', { actor: { type: 'service' } }, async (write) => {
-      // A row of a Resource its owner no longer sees goes, whenever that changed: deleting is never stale.
-      for (const slice of chunk(unseen, MAX_IN_LIST)) {
-        await write.db.deleteFrom('stored_details').where('resource_id', 'in', slice).execute();
-      }
-      return storeWhenCurrent(write.db, rows, seen);
-    });
-    for (const id of stale) this.due.add(id);
-    return rows.length - stale.length;
+    await flush();
+    return written;
+  }
+
+  /** The row of one Resource, read now; none when it should have none. */
+  private async detailOf(id: string): Promise<NewStoredDetail | undefined> {
+    let read: OwnerDetail | undefined;
+    try {
+      read = await this.read(id);
+    } catch (error) {
+      // One Resource that cannot be read holds up no other: it is read the way it always is.
+      this.options.logger?.warn({ err: error, resourceId: id }, 'a stored detail could not be made');
+      return undefined;
+    }
+    if (!read) return undefined;
+    const body = this.serialize(read.detail);
+    if (body.length > MAX_STORED_CHARS) return undefined;
+    return {
+      resource_id: id,
+      catalog_id: read.detail.catalogId,
+      account_id: read.accountId,
+      facets: read.facets,
+      form: STORED_DETAIL_FORM,
+      tag: read.tag,
+      body,
+    };
   }
 }
 
 /**
  * Stores `rows`, read after the log's head was `seen`, in the writers' turn (the unit of work holds it):
  * each unless a change to its Resource or its Catalog was appended since. When the head moved without
- * changes (a process of an earlier release wrote), nothing is stored: what it changed is unknown.
- * Returns the ids of the Resources that changed since.
+ * changes (a process older than the log wrote), nothing is stored: what it changed is unknown. Returns
+ * how many rows it stored, and whether any was stale.
  */
-async function storeWhenCurrent(trx: Db, rows: readonly NewStoredDetail[], seen: number): Promise<string[]> {
+async function storeWhenCurrent(
+  trx: Db,
+  rows: readonly NewStoredDetail[],
+  seen: number,
+): Promise<{ stored: number; stale: boolean }> {
+  if (rows.length === 0) return { stored: 0, stale: false };
   const head = await readHead(trx);
   const { count } = await trx
     .selectFrom('changes')
     .select((eb) => eb.fn.countAll<number | string>().as('count'))
     .where('seq', '>', seen)
     .executeTakeFirstOrThrow();
-  // The follower meets the same gap and starts afresh, which has every missing row written again.
-  if (Number(count) !== head - seen) return [];
-  const stale: string[] = [];
-  for (const row of rows) {
-    const changed = await trx
+  if (Number(count) !== head - seen) return { stored: 0, stale: true };
+  // What changed since: one search of the log's index by the Resources and Catalogs of the round.
+  const targets = [...new Set(rows.flatMap((row) => [row.resource_id, row.catalog_id]))];
+  const changed = new Set<string>();
+  for (const slice of chunk(targets, MAX_IN_LIST)) {
+    const found = await trx
       .selectFrom('changes')
-      .select('seq')
-      .where('target_id', 'in', [row.resource_id, row.catalog_id])
+      .select('target_id')
+      .where('target_id', 'in', slice)
       .where('seq', '>', seen)
-      .limit(1)
-      .executeTakeFirst();
-    if (changed) {
-      stale.push(row.resource_id);
-      continue;
-    }
+      .execute();
+    for (const { target_id } of found) changed.add(target_id);
+  }
+  const current = rows.filter((row) => !changed.has(row.resource_id) && !changed.has(row.catalog_id));
+  for (const slice of chunk(current, ROWS_PER_INSERT)) {
     await trx
       .insertInto('stored_details')
-      .values(row)
+      .values(slice)
       .onConflict((oc) =>
         oc
           .column('resource_id')
@@ -320,5 +444,7 @@ async function storeWhenCurrent(trx: Db, rows: readonly NewStoredDetail[], seen:
       )
       .execute();
   }
-  return stale;
+  const stored = current.length;
+  const stale = stored < rows.length;
+  return { stored, stale };
 }

@@ -7,7 +7,7 @@ import type { NewChange } from './change-log.js';
  * status (their visibility). A new Catalog has no Resource yet; a new version of it changes only the
  * Catalog's own row.
  */
-const CATALOG_CHANGES_SHOWN: ReadonlySet<string> = new Set(['catalog.updated', 'catalog.archived']);
+export const CATALOG_CHANGES_SHOWN: ReadonlySet<string> = new Set(['catalog.updated', 'catalog.archived']);
 
 /**
  * Deletes the stored details (D30, migration 0013) of what `changes` name, through `trx`, the

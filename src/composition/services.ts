@@ -163,10 +163,14 @@ export function createServices(
   const unobserve = metrics.observeAnswerCacheSize(() => answers.stats.bytes);
   const playbook = new PlaybookService(databases.reader, content);
   // D30: the read model of details, written by the service; `serve` starts it once listening.
+  // Built from the primary on PostgreSQL: a replica set behind one address may read the log's head
+  // from one standby and a Resource from another, further behind.
+  const buildFrom = databases.dialect === 'postgres' ? databases.primary : databases.reader;
+  const builderReads = buildFrom === databases.reader ? playbook : new PlaybookService(buildFrom, content);
   const storedDetails = new StoredDetailsBuilder(
-    databases.reader,
+    buildFrom,
     writes,
-    (resourceId) => playbook.ownerDetail(resourceId),
+    (resourceId) => builderReads.ownerDetail(resourceId),
     compileDetailSerializer(),
     { logger },
   );

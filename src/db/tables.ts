@@ -162,6 +162,13 @@ export interface StoredDetailTable {
   body: string;
 }
 
+/** How far the stored details follow the change log (one row, `id` 1). */
+export interface StoredDetailsFollowedTable {
+  id: number;
+  /** bigint on PostgreSQL, whose driver reads it as text. */
+  seq: ColumnType<number | string, number, number>;
+}
+
 /** An account's webhook endpoint (D28): its signing secret sealed, never in the clear or hashed. */
 export interface WebhookEndpointTable {
   id: string;
@@ -236,6 +243,7 @@ export interface Database {
   webhook_deliveries: WebhookDeliveryTable;
   webhook_attempts: WebhookAttemptTable;
   stored_details: StoredDetailTable;
+  stored_details_followed: StoredDetailsFollowedTable;
 }
 
 export type Db = Kysely<Database>;

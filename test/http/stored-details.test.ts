@@ -3,14 +3,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ReadAnswers } from '../../src/answers/read-answers.js';
 import {
   compileDetailSerializer,
+  MAX_STORED_CHARS,
   type OwnerDetail,
   STORED_DETAIL_FORM,
   StoredDetailsBuilder,
 } from '../../src/catalog/stored-details.js';
+import { appendChanges } from '../../src/changes/change-log.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { runCli } from '../helpers/cli.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
-import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
+import { givenAccount, givenCatalog, givenResource, tamperDatabaseText } from '../helpers/fixtures.js';
 import { publishedResource as resource } from '../helpers/publish-bodies.js';
 import { followNow, type ReadSide, readSide } from '../helpers/read-side.js';
 import { waitFor } from '../helpers/wait.js';
@@ -135,6 +137,8 @@ describe('stored details (D30)', () => {
 
   /** What a read from the rows answers `headers` for `id`: status, body and ETag. */
   async function fromRows(id: string, headers: Record<string, string>) {
+    // Whatever was written, the read from the rows has followed it.
+    await followNow();
     const answer = await plain.inject({ url: detailUrl(id), headers });
     return { status: answer.statusCode, body: answer.body, etag: answer.headers.etag };
   }
@@ -223,6 +227,8 @@ describe('stored details (D30)', () => {
     const { app, builder } = await withReadModel();
     await builder.buildAll();
     const before = await storedRow(ids.welcome!);
+    const neighbour = await storedRow(ids.big!);
+    expect(neighbour).toBeDefined();
     const written = await app.inject({
       method: 'PUT',
       url: `${CATALOG}/resources/welcome`,
@@ -230,10 +236,9 @@ describe('stored details (D30)', () => {
       payload: { ...resource('welcome', { version: '1.1.0', content: '# Welcome back\n' }), slug: undefined },
     });
     expect(written.statusCode).toBe(200);
-    // Gone with the commit, before any follower has read the log.
+    // Gone with the commit, before any follower has read the log; the Catalog's other Resource stays.
     expect(await storedRow(ids.welcome!)).toBeUndefined();
-    expect(await storedRow(ids.big!)).toEqual(await storedRow(ids.big!));
-    expect(await storedRow(ids.big!)).toBeDefined();
+    expect(await storedRow(ids.big!)).toEqual(neighbour);
     await followNow();
     const read = await app.inject({ url: detailUrl(ids.welcome!), headers: writer });
     expect(read.json().currentVersion.content).toBe('# Welcome back\n');
@@ -243,19 +248,24 @@ describe('stored details (D30)', () => {
     expect(after?.body).toBe((await fromRows(ids.welcome!, writer)).body);
   });
 
-  it('deletes the rows of every Resource of a Catalog whose change they show', async () => {
-    const { app, builder } = await withReadModel();
-    await app.inject({
+  it('deletes the rows of every Resource of a Catalog whose change they show, and writes them again', async () => {
+    const { app, side, builder } = await withReadModel();
+    builder.start(side.follower);
+    const put = await app.inject({
       method: 'PUT',
       url: '/v3/playbook/catalogs/org/attic',
       headers: writer,
       payload: { name: 'Attic', version: '1', resources: [resource('box'), resource('lamp')] },
     });
-    await builder.buildAll();
+    expect(put.statusCode).toBe(201);
     const listed = await plain.inject({ url: '/v3/playbook/catalogs/org/attic/resources', headers: writer });
     const attic = (listed.json().data as { id: string }[]).map((item) => item.id);
     expect(attic).toHaveLength(2);
-    for (const id of attic) expect(await storedRow(id)).toBeDefined();
+    await followNow();
+    await waitFor('the new Catalog stored', async () =>
+      (await Promise.all(attic.map(storedRow))).every(Boolean),
+    );
+    await builder.settled();
     const archived = await app.inject({
       method: 'DELETE',
       url: '/v3/playbook/catalogs/org/attic',
@@ -263,14 +273,66 @@ describe('stored details (D30)', () => {
     });
     expect(archived.statusCode).toBe(204);
     for (const id of attic) expect(await storedRow(id)).toBeUndefined();
-    await builder.buildAll();
     await followNow();
+    await waitFor('the archived Catalog stored again', async () =>
+      (await Promise.all(attic.map(storedRow))).every(Boolean),
+    );
     for (const id of attic) {
-      expect(await storedRow(id)).toBeDefined();
       const stored = await app.inject({ url: detailUrl(id), headers: writer });
       expect(stored.statusCode).toBe(200);
       expect(stored.body).toBe((await fromRows(id, writer)).body);
     }
+    // Following no further: the next tests' writes are theirs to follow.
+    builder.stop();
+    await builder.settled();
+  });
+
+  it('catches up at start with changes made by a writer that deleted no row', async () => {
+    const { builder } = await withReadModel();
+    await builder.buildAll();
+    expect(JSON.parse((await storedRow(ids.svc!))!.body).title).toBe('Resource intro');
+    // A process of an earlier release: it changes the Resource and appends its change, nothing more.
+    await backend.databases.primary.transaction().execute(async (trx) => {
+      await trx
+        .updateTable('resources')
+        .set({ title: 'Intro, renamed' })
+        .where('id', '=', ids.svc!)
+        .execute();
+      await appendChanges(trx, { at: new Date().toISOString(), actor: { type: 'operator' } }, [
+        {
+          namespace: 'svc',
+          type: 'resource.updated',
+          target: { kind: 'resource', id: ids.svc! },
+          summary: 'renamed',
+        },
+      ]);
+    });
+    expect(JSON.parse((await storedRow(ids.svc!))!.body).title).toBe('Resource intro');
+    const { builder: next } = await withReadModel();
+    await next.buildAll();
+    const row = await storedRow(ids.svc!);
+    expect(JSON.parse(row!.body).title).toBe('Intro, renamed');
+    expect(row!.body).toBe((await fromRows(ids.svc!, noAccount)).body);
+  });
+
+  it('skips a Resource whose detail cannot be read, and one too large to store, and writes the others', async () => {
+    const svc = await backend.databases.primary
+      .selectFrom('catalogs')
+      .select('id')
+      .where('slug', '=', 'guides')
+      .executeTakeFirstOrThrow();
+    const large = await givenResource(backend, svc, {
+      slug: 'large',
+      versions: [{ version: '1.0.0', content: 'l'.repeat(MAX_STORED_CHARS + 1) }],
+    });
+    const damaged = await givenResource(backend, svc, { slug: 'damaged' });
+    await tamperDatabaseText(backend, damaged.versions[0]!.contentHash, '# not what was hashed\n');
+    const { builder } = await withReadModel();
+    await builder.buildAll();
+    expect(await storedRow(large.id)).toBeUndefined();
+    expect(await storedRow(damaged.id)).toBeUndefined();
+    for (const name of ['svc', 'gated', 'object', 'welcome', 'big'])
+      expect(await storedRow(ids[name]!), name).toBeDefined();
   });
 
   it('never stores a detail read before a change to its Resource, and writes the new one', async () => {
@@ -294,7 +356,7 @@ describe('stored details (D30)', () => {
     await builder.buildAll();
     expect(raced).toBe(true);
     const row = await storedRow(ids.welcome!);
-    // The detail read before the write was not stored; the Resource was due again, and read anew.
+    // The detail read before the write was not stored; the write's change made the Resource due again.
     expect(JSON.parse(row!.body).currentVersion.content).toBe('# Raced\n');
     expect(row!.body).toBe((await fromRows(ids.welcome!, writer)).body);
   });
@@ -333,6 +395,8 @@ describe('stored details (D30)', () => {
       return row !== undefined && JSON.parse(row.body).currentVersion.version === '2.0.0';
     });
     expect((await storedRow(ids.big!))?.body).toBe((await fromRows(ids.big!, writer)).body);
+    builder.stop();
+    await builder.settled();
   });
 
   it('leaves the rows as they were when a write fails before its commit', async () => {

@@ -34,8 +34,18 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .execute();
   // A write to a Catalog forgets the details of all its Resources.
   await db.schema.createIndex('stored_details_catalog').on('stored_details').column('catalog_id').execute();
+  // How far the service has written the rows of what the log names: the next start reads on from
+  // there. The table starts empty, so nothing before the log's head now needs writing again.
+  await db.schema
+    .createTable('stored_details_followed')
+    .addColumn('id', 'integer', (c) => c.primaryKey())
+    .addColumn('seq', dialect === 'postgres' ? 'bigint' : 'integer', (c) => c.notNull())
+    .execute();
+  await sql`insert into stored_details_followed (id, seq)
+    select 1, generation from data_generation where id = 1`.execute(db);
 }
 
 export async function down(db: Kysely<unknown>): Promise<void> {
+  await db.schema.dropTable('stored_details_followed').execute();
   await db.schema.dropTable('stored_details').execute();
 }
