@@ -89,7 +89,7 @@ export interface CatalogRead extends PinsInStorage {
   readonly catalog: Catalog;
 }
 
-/** A detail's answer text as the read model stores it, with its version tag. */
+/** A detail's answer text as the read model stores it (its version tag is the `Seen`'s). */
 export interface StoredText {
   readonly text: string;
 }

@@ -20,7 +20,7 @@ import { playbookSchemas, ResourceDetail } from '../schemas/playbook.js';
  * Every write deletes the rows of what it changes, in its own transaction (changes/forget-details.ts).
  * `StoredDetailsBuilder` writes them again from the rows, as the service follows the change log, and
  * writes those the table lacks when it starts. A row is written only when no change to its Resource or
- * its Catalog was appended since the head read before the Resource was (see `STORE_WHEN_CURRENT`), so
+ * its Catalog was appended since the head read before the Resource was (see `storeWhenCurrent`), so
  * a stored detail is never older than the rows it was made from; a Resource without a row is read the
  * way it always is.
  */
@@ -176,9 +176,21 @@ export class StoredDetailsBuilder {
    * build` runs. Returns how many rows it wrote.
    */
   async buildAll(): Promise<number> {
+    // One pass at a time: a round already started finishes first, and none starts beside this one.
+    await this.settled();
     this.passDue = true;
     this.logAhead = true;
-    return this.work();
+    const work = this.work();
+    this.running = work.then(
+      () => undefined,
+      () => undefined,
+    );
+    try {
+      return await work;
+    } finally {
+      this.running = undefined;
+      this.kick();
+    }
   }
 
   private kick(): void {

@@ -3,9 +3,9 @@ import type { Db } from '../db/tables.js';
 import type { NewChange } from './change-log.js';
 
 /**
- * The changes of a Catalog that show in its Resources' details: its slug (in their human refs) and its
- * status (their visibility). A new Catalog has no Resource yet; a new version of it changes only the
- * Catalog's own row.
+ * The changes of a Catalog that its Resources' details may show: those of its own fields, whose status
+ * decides whether its Resources are seen. A new Catalog has no Resource yet; a new version of it
+ * changes only its pins and times, which no detail shows.
  */
 export const CATALOG_CHANGES_SHOWN: ReadonlySet<string> = new Set(['catalog.updated', 'catalog.archived']);
 
