@@ -135,6 +135,15 @@ describe('stored details (D30)', () => {
     await backend.cleanup();
   });
 
+  /** A new version of the account's Resource `slug`, published through `app` by the writer. */
+  const putResource = (app: FastifyInstance, slug: string, version: string, content: string) =>
+    app.inject({
+      method: 'PUT',
+      url: `${CATALOG}/resources/${slug}`,
+      headers: writer,
+      payload: { ...resource(slug, { version, content }), slug: undefined },
+    });
+
   /** What a read from the rows answers `headers` for `id`: status, body and ETag. */
   async function fromRows(id: string, headers: Record<string, string>) {
     // Whatever was written, the read from the rows has followed it.
@@ -229,12 +238,7 @@ describe('stored details (D30)', () => {
     const before = await storedRow(ids.welcome!);
     const neighbour = await storedRow(ids.big!);
     expect(neighbour).toBeDefined();
-    const written = await app.inject({
-      method: 'PUT',
-      url: `${CATALOG}/resources/welcome`,
-      headers: writer,
-      payload: { ...resource('welcome', { version: '1.1.0', content: '# Welcome back\n' }), slug: undefined },
-    });
+    const written = await putResource(app, 'welcome', '1.1.0', '# Welcome back\n');
     expect(written.statusCode).toBe(200);
     // Gone with the commit, before any follower has read the log; the Catalog's other Resource stays.
     expect(await storedRow(ids.welcome!)).toBeUndefined();
@@ -342,12 +346,7 @@ describe('stored details (D30)', () => {
       if (id === ids.welcome && !raced) {
         raced = true;
         // A write commits between the builder's read and its own write.
-        const written = await plain.inject({
-          method: 'PUT',
-          url: `${CATALOG}/resources/welcome`,
-          headers: writer,
-          payload: { ...resource('welcome', { version: '1.2.0', content: '# Raced\n' }), slug: undefined },
-        });
+        const written = await putResource(plain, 'welcome', '1.2.0', '# Raced\n');
         expect(written.statusCode).toBe(200);
       }
       return read;
@@ -382,12 +381,7 @@ describe('stored details (D30)', () => {
     builder.start(side.follower);
     await waitFor('every visible Resource stored', async () => (await storedRow(ids.big!)) !== undefined);
     await builder.settled();
-    const written = await app.inject({
-      method: 'PUT',
-      url: `${CATALOG}/resources/big`,
-      headers: writer,
-      payload: { ...resource('big', { version: '2.0.0', content: 'c'.repeat(70_000) }), slug: undefined },
-    });
+    const written = await putResource(app, 'big', '2.0.0', 'c'.repeat(70_000));
     expect(written.statusCode).toBe(200);
     await followNow();
     await waitFor('the changed Resource stored again', async () => {
@@ -411,12 +405,7 @@ describe('stored details (D30)', () => {
     });
     const app = await buildIdentityApp(backend, failing);
     try {
-      const refused = await app.inject({
-        method: 'PUT',
-        url: `${CATALOG}/resources/welcome`,
-        headers: writer,
-        payload: { ...resource('welcome', { version: '9.0.0', content: '# Never\n' }), slug: undefined },
-      });
+      const refused = await putResource(app, 'welcome', '9.0.0', '# Never\n');
       expect(refused.statusCode).toBe(500);
       expect(await storedRow(ids.welcome!)).toEqual(before);
     } finally {
