@@ -96,11 +96,16 @@ async function inFlight(metrics: string): Promise<void> {
 /** The processes of a group, as `ps` lists them: pid, parent, command line. */
 async function groupMembers(pgid: number): Promise<{ pid: number; ppid: number; args: string }[]> {
   const { stdout } = await promisify(execFile)('ps', ['-eo', 'pid=,ppid=,pgid=,args=']);
-  return stdout
-    .split('\n')
-    .map((line) => /^\s*(\d+)\s+(\d+)\s+(\d+)\s+(.*)$/.exec(line))
-    .filter((match) => match !== null && Number(match[3]) === pgid)
-    .map((match) => ({ pid: Number(match![1]), ppid: Number(match![2]), args: match![4]! }));
+  return (
+    stdout
+      .split('\n')
+      .map((line) => /^\s*(\d+)\s+(\d+)\s+(\d+)\s+(.*)$/.exec(line))
+      .filter((match) => match !== null && Number(match[3]) === pgid)
+      .map((match) => ({ pid: Number(match![1]), ppid: Number(match![2]), args: match![4]! }))
+      // The group's leader first, then the others: `ps` lists by pid, and pids wrap around, so a child
+      // may have a smaller one than its parent.
+      .sort((a, b) => Number(b.pid === pgid) - Number(a.pid === pgid) || a.pid - b.pid)
+  );
 }
 
 describe('signals through npm start (D29, D31)', () => {
