@@ -14,7 +14,8 @@
  * 5. cold reads: random Resource details over every Resource, with the default answer budget, against
  *    the naive Express + better-sqlite3 service (naive.ts) on the same Resources, and beside them the
  *    floor of a cold read (cold-floor.ts: one search of stored answers), the three taking turns on
- *    core 0 with wrk on core 1; and the last page of `svc/big` against its first, from storage;
+ *    core 0 with wrk on core 1, then once more with each one's database file dropped from the page
+ *    cache just before its load (SQLite); and the last page of `svc/big` against its first, from storage;
  * 6. tenancy: every account but one reading its own and the service's Resources while that one
  *    publishes once a second, against the same reads without writes: hit ratio and p99.
  *
@@ -23,7 +24,7 @@
  * (`list,writes,mixed,tenancy,cold,deep`, all by default), BENCH_SCALE_DURATION_S (10) and
  * BENCH_SCALE_ROUNDS (3) the length and number of the measured loads.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -222,6 +223,32 @@ async function cacheLookups(metrics: string): Promise<{ hit: number; miss: numbe
       )?.[1] ?? 0,
     );
   return { hit: of('hit'), miss: of('miss') };
+}
+
+/** A SQLite database's files: the database and, where there is one, its write-ahead log. */
+function sqliteFiles(file: string): string[] {
+  return [file, `${file}-wal`].filter((each) => fs.existsSync(each));
+}
+
+/**
+ * Drops a file's pages from the kernel's page cache (GNU dd's `nocache` flag, which asks the kernel
+ * to forget the whole file when nothing is copied), so that the next reads of it go to the disk.
+ */
+function dropFromPageCache(file: string): void {
+  execFileSync('dd', [`if=${file}`, 'iflag=nocache', 'count=0', 'status=none']);
+}
+
+/** Whether this machine's dd drops a file from the page cache (GNU dd does); says so when it does not. */
+function canDropFromPageCache(): boolean {
+  try {
+    execFileSync('dd', ['if=/dev/null', 'iflag=nocache', 'count=0', 'status=none'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    console.log(
+      "  cold reads from an empty page cache: not measured, this machine's dd has no iflag=nocache",
+    );
+    return false;
+  }
 }
 
 /** Lua for wrk: a table literal of strings. */
@@ -811,6 +838,35 @@ end
         `≥ ${GOALS.coldRatio}× naive, p99 ≤ ${GOALS.coldP99Ms} ms; ratio ${ratio.toFixed(2)}×`,
         ratio >= GOALS.coldRatio && p99 <= GOALS.coldP99Ms && errors === 0,
       );
+      // Little's law: 50 connections each waiting for its answer, the mean latency is 50 over the rate,
+      // so a p99 of 10 ms needs at least this rate even were every answer equally long.
+      const neededRps = CONNECTIONS / (GOALS.coldP99Ms / 1000);
+      console.log(
+        `  cold reads, the rate a p99 ≤ ${GOALS.coldP99Ms} ms needs at ${CONNECTIONS} connections: over ${neededRps.toFixed(0)} req/s (mean latency = connections / rate); ` +
+          `mean latency measured: ours ${median(rounds.map((r) => (CONNECTIONS / r.ours.rps) * 1000)).toFixed(1)} ms, the floor ${median(rounds.map((r) => (CONNECTIONS / r.floor.rps) * 1000)).toFixed(1)} ms`,
+      );
+      // The same three loads with nothing in the page cache: each database file is dropped from it
+      // just before its load, so what is measured is each server's reads of the disk, whatever the
+      // rounds above left in the cache. PostgreSQL's buffers cannot be emptied while it runs.
+      if (name === 'sqlite' && canDropFromPageCache()) {
+        const fromDisk = [
+          {
+            files: sqliteFiles(path.join(stack.dataDir, 'playbook.sqlite')),
+            run: () => wrk(cold.base, oursLoad),
+          },
+          { files: sqliteFiles(naiveFile), run: () => wrk(naiveBase, naiveLoad) },
+          { files: sqliteFiles(naiveFile), run: () => wrk(floorBase, naiveLoad) },
+        ].map(({ files, run }) => {
+          for (const file of files) dropFromPageCache(file);
+          return run();
+        });
+        const [ours, theirs, floorLoad] = fromDisk as [LoadResult, LoadResult, LoadResult];
+        console.log(
+          `  cold reads from an empty page cache: ours ${ours.rps.toFixed(0)} req/s (p99 ${ours.p99Ms.toFixed(1)} ms), ` +
+            `naive ${theirs.rps.toFixed(0)} req/s (p99 ${theirs.p99Ms.toFixed(1)} ms), the floor ${floorLoad.rps.toFixed(0)} req/s (p99 ${floorLoad.p99Ms.toFixed(1)} ms); ` +
+            `ours ${(ours.rps / theirs.rps).toFixed(2)}× the naive service, the floor ${(floorLoad.rps / theirs.rps).toFixed(2)}×`,
+        );
+      }
       await stop(floor);
       await stop(naive);
       await stop(cold.child);
