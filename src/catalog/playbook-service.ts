@@ -113,9 +113,14 @@ export interface VersionRead {
  * any of this, by the route.
  */
 export class PlaybookService {
+  /**
+   * @param lookups where the read model's searches go (`Databases.lookups`: on SQLite, connections on
+   *   threads of their own); `db` by default.
+   */
   constructor(
     private readonly db: Db,
     private readonly content: ContentReader,
+    private readonly lookups: Db = db,
   ) {}
 
   /**
@@ -236,7 +241,7 @@ export class PlaybookService {
     resourceId: string,
     missing: (resourceId: string) => void,
   ): Promise<Seen<StoredText> | undefined> {
-    const row = await findStoredDetail(this.db, resourceId);
+    const row = await findStoredDetail(this.lookups, resourceId);
     if (row === undefined) return undefined;
     if (row.form !== STORED_DETAIL_FORM) {
       missing(resourceId);

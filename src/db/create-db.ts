@@ -32,6 +32,14 @@ export interface Databases {
    * (its one writer connection, which reads never use).
    */
   readonly writer: Db;
+  /**
+   * Searches that land anywhere in a large table, one row each (the read model of details, D30). On a
+   * SQLite file, connections on threads of their own (`LOOKUP_THREADS`): a row not in the system's page
+   * cache is a read of the disk, and on the event loop's thread each one held every request of the
+   * instance (at a million Resources, answers held in memory waited as long as the searches beside
+   * them: p99 over 100 ms). The reader otherwise.
+   */
+  readonly lookups: Db;
   readonly dialect: Dialect;
   close(): Promise<void>;
 }
@@ -39,7 +47,20 @@ export interface Databases {
 /** The reader connection's page cache, in KiB (SQLite's default is 2 MiB). */
 const READER_CACHE_KIB = 16 * 1024;
 
-/** Every SQLite connection's settings, the writer's and the reader's. */
+/**
+ * The lookups' connections (`Databases.lookups`): while one waits for the disk, the other goes on, and
+ * the event loop never waits. Four answered about as many of a load of such reads on a machine of two
+ * cores, and each costs its thread's memory and its page cache (`LOOKUP_CACHE_KIB`).
+ */
+const LOOKUP_THREADS = 2;
+
+/**
+ * Each lookup connection's page cache, in KiB: enough for the upper levels of the index it searches
+ * and of the table; the rows themselves are anywhere, and come from the system's page cache or the disk.
+ */
+const LOOKUP_CACHE_KIB = 4 * 1024;
+
+/** Every SQLite connection's settings: the writer's, the reader's and the lookups'. */
 const SQLITE_PRAGMAS = [
   'journal_mode = WAL',
   // FULL: a committed import survives a power cut, not only a crash of the process.
@@ -63,21 +84,43 @@ function openSqliteWriter(file: string, observation: Observation): Db {
   sqliteFile(file);
   return new Kysely<Database>({
     dialect: new SqliteWriterDialect({
-      file,
-      driver: sqliteDriverName(),
+      ...onThreads(file),
       pragmas: SQLITE_PRAGMAS,
       checkpoints: file !== ':memory:',
-      statements: PREPARED_STATEMENTS,
-      onWarning: (message) => process.emitWarning(message, 'PlaybookWarning'),
-      // A process without its writer would answer every write with an error: it ends instead, with
-      // the reason, as on any error nothing handles, and its supervisor starts it again.
-      onFailure: (error) =>
-        process.nextTick(() => {
-          throw error;
-        }),
     }),
     log: timed('primary', observation),
   });
+}
+
+/** The lookups (`Databases.lookups`): connections to a SQLite file on threads of their own. */
+function openSqliteLookups(file: string, observation: Observation): Db {
+  return new Kysely<Database>({
+    dialect: new SqliteWriterDialect({
+      ...onThreads(file),
+      pragmas: [...SQLITE_PRAGMAS, `cache_size = -${LOOKUP_CACHE_KIB}`],
+      checkpoints: false,
+      threads: LOOKUP_THREADS,
+      role: 'lookups',
+    }),
+    log: timed('lookups', observation),
+  });
+}
+
+/** What connections on threads of their own share, the writer's and the lookups'. */
+function onThreads(file: string) {
+  return {
+    file,
+    driver: sqliteDriverName(),
+    statements: PREPARED_STATEMENTS,
+    onWarning: (message: string) => process.emitWarning(message, 'PlaybookWarning'),
+    // A process without its writer would answer every write with an error (without its lookups, every
+    // read the read model serves): it ends instead, with the reason, as on any error nothing
+    // handles, and its supervisor starts it again.
+    onFailure: (error: Error) =>
+      process.nextTick(() => {
+        throw error;
+      }),
+  };
 }
 
 /** The reader: on the event loop's thread, where a read costs no more than the read itself. */
@@ -95,7 +138,10 @@ function openSqliteReader(file: string, observation: Observation): Db {
 }
 
 /** Every statement's time into `playbook_database_query_duration_seconds` (D25). */
-function timed(database: 'primary' | 'reader', observation: Observation): (event: LogEvent) => void {
+function timed(
+  database: 'primary' | 'reader' | 'lookups',
+  observation: Observation,
+): (event: LogEvent) => void {
   const { metrics, tracing } = observation;
   const ok = { database, outcome: 'ok' } as const;
   const error = { database, outcome: 'error' } as const;
@@ -265,12 +311,15 @@ export function createDatabases(
     // 100,000 Resources is seconds of it, D20). In WAL mode a reader sees every committed write and
     // is never blocked by the writer. An in-memory database is one connection's alone.
     const reader = config.path === ':memory:' ? primary : openSqliteReader(config.path, observation);
+    const lookups = config.path === ':memory:' ? primary : openSqliteLookups(config.path, observation);
     return {
       primary,
       reader,
       writer: primary,
+      lookups,
       dialect: 'sqlite',
       close: async () => {
+        if (lookups !== primary) await lookups.destroy();
         if (reader !== primary) await reader.destroy();
         await primary.destroy();
       },
@@ -286,6 +335,7 @@ export function createDatabases(
     primary,
     reader,
     writer,
+    lookups: reader,
     dialect: 'postgres',
     close: async () => {
       await writer.destroy();

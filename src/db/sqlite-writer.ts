@@ -26,13 +26,14 @@ const CHECKPOINT_INTERVAL_MS = 25;
 const CLOSE_DEADLINE_MS = 5000;
 
 /**
- * The thread's code, plain CommonJS (a worker made from code runs it as a script). It owns the writer's
- * connection and runs each statement sent to it, one at a time, answering with its rows or its changes,
- * or with the error's name, message and code.
+ * A thread's code, plain CommonJS (a worker made from code runs it as a script). It owns one
+ * connection (the writer's, or one of the lookups') and runs each statement sent to it, one at a
+ * time, answering with its rows or its changes, or with the error's name, message and code.
  *
- * It also makes the checkpoints, on a connection of its own: every `intervalMs`, when the WAL changed
- * since the last look, it flushes what has been written to it so far to disk, and copies committed
- * frames into the database file (a PASSIVE checkpoint, which never waits for or blocks the writer).
+ * The writer's thread also makes the checkpoints (`checkpoints`), on a connection of its own: every
+ * `intervalMs`, when the WAL changed since the last look, it flushes what has been written to it so
+ * far to disk, and copies committed frames into the database file (a PASSIVE checkpoint, which never
+ * waits for or blocks the writer).
  * The writer's own checkpoints are off (`wal_autocheckpoint = 0`), and its commit finds little of a
  * long transaction left to flush. Should the checkpoint connection not open, the writer checkpoints
  * again, as SQLite does by default: slower commits, a bounded WAL.
@@ -158,11 +159,18 @@ export interface SqliteWriterOptions {
   readonly checkpoints: boolean;
   /** Distinct statements kept prepared. */
   readonly statements: number;
+  /**
+   * Connections, each on a thread of its own, lent one caller at a time (1, the writer's one, by
+   * default). Several serve reads that may wait for the disk (create-db.ts, the lookups).
+   */
+  readonly threads?: number;
+  /** What the connections are called in errors: `writer` by default. */
+  readonly role?: string;
   /** Where the checkpoints' connection opens, when not `file`: a test's way of making it fail. */
   readonly checkpointFile?: string;
   /** Told of what the operator should know and the writer works on regardless. */
   readonly onWarning: (message: string) => void;
-  /** Told once if the thread ends without being closed: every statement since has failed. */
+  /** Told once for each thread that ends without being closed: every statement on it since has failed. */
   readonly onFailure: (error: Error) => void;
 }
 
@@ -172,6 +180,8 @@ export interface SqliteWriterOptions {
  * publish of 100,000 Resources ends with one of 650-680 ms: SQLite rewrites the WAL frames' checksums,
  * then flushes) held every other request. Here each compiled query goes to the thread and its answer
  * comes back as Kysely's own SQLite driver gives it; transactions are statements on that connection.
+ * With `threads` above 1 there are as many connections, each on its thread, each lent to one caller
+ * at a time (the lookups of create-db.ts: searches that may wait for the disk).
  */
 export class SqliteWriterDialect implements Dialect {
   constructor(private readonly options: SqliteWriterOptions) {}
@@ -195,33 +205,45 @@ export class SqliteWriterDialect implements Dialect {
 }
 
 class SqliteWriterDriver implements Driver {
-  private thread: WriterThread | undefined;
-  private connection: WriterConnection | undefined;
-  /** SQLite's one connection serves one caller at a time, as in Kysely's SQLite driver. */
-  private held: Promise<void> | undefined;
-  private release: (() => void) | undefined;
+  private threads: WriterThread[] = [];
+  /**
+   * A SQLite connection serves one caller at a time, as in Kysely's SQLite driver: each is lent to one,
+   * and the others wait for the first to be given back, in the order they asked.
+   */
+  private readonly free: WriterConnection[] = [];
+  private readonly waiting: ((connection: WriterConnection) => void)[] = [];
+  /** Told each time a connection is given back (`destroy` waits for all of them). */
+  private readonly released: (() => void)[] = [];
 
   constructor(private readonly options: SqliteWriterOptions) {}
 
   async init(): Promise<void> {
-    this.thread = await WriterThread.start(this.options);
-    this.connection = new WriterConnection(this.thread);
+    // The first alone: its pragmas may switch a new file to WAL, which connections opening beside it
+    // would find locked. The others then open together.
+    const first = await WriterThread.start(this.options);
+    const others = await Promise.allSettled(
+      Array.from({ length: (this.options.threads ?? 1) - 1 }, () => WriterThread.start(this.options)),
+    );
+    const threads = [first, ...others.flatMap((each) => (each.status === 'fulfilled' ? [each.value] : []))];
+    const failed = others.find((each) => each.status === 'rejected');
+    if (failed) {
+      await Promise.all(threads.map((thread) => thread.close()));
+      throw failed.reason;
+    }
+    this.threads = threads;
+    this.free.push(...threads.map((thread) => new WriterConnection(thread)));
   }
 
   async acquireConnection(): Promise<DatabaseConnection> {
-    while (this.held) await this.held;
-    this.held = new Promise((resolve) => {
-      this.release = resolve;
-    });
     // Kysely calls init before it acquires.
-    return this.connection!;
+    return this.free.pop() ?? new Promise((resolve) => this.waiting.push(resolve));
   }
 
-  async releaseConnection(): Promise<void> {
-    const release = this.release;
-    this.held = undefined;
-    this.release = undefined;
-    release?.();
+  async releaseConnection(connection: DatabaseConnection): Promise<void> {
+    const next = this.waiting.shift();
+    if (next) next(connection as WriterConnection);
+    else this.free.push(connection as WriterConnection);
+    for (const told of this.released.splice(0)) told();
   }
 
   async beginTransaction(connection: DatabaseConnection): Promise<void> {
@@ -252,10 +274,12 @@ class SqliteWriterDriver implements Driver {
     await connection.executeQuery(compile(savepointCommand('release', name), createQueryId()));
   }
 
-  /** Waits for the connection's holder (a transaction in progress) to be done, as a pool's end does. */
+  /** Waits for the connections' holders (a transaction in progress) to be done, as a pool's end does. */
   async destroy(): Promise<void> {
-    while (this.held) await this.held;
-    await this.thread?.close();
+    while (this.free.length < this.threads.length) {
+      await new Promise<void>((resolve) => this.released.push(resolve));
+    }
+    await Promise.all(this.threads.map((thread) => thread.close()));
   }
 }
 
@@ -312,6 +336,7 @@ class WriterThread {
   private failure: Error | undefined;
   private closing: Promise<void> | undefined;
   private readonly exited: Promise<void>;
+  private readonly role: string;
 
   private constructor(
     private readonly worker: Worker,
@@ -320,6 +345,8 @@ class WriterThread {
   ) {
     let thrown: Error | undefined;
     let isOpen = false;
+    const role = options.role ?? 'writer';
+    this.role = role;
     worker.on('message', (message: Message) => {
       if ('opened' in message) {
         isOpen = true;
@@ -344,7 +371,7 @@ class WriterThread {
     this.exited = new Promise((resolve) => {
       worker.once('exit', (code) => {
         const why = thrown?.message ?? `exit code ${code}`;
-        this.failure ??= new Error(`the SQLite writer's thread ended: ${why}`, { cause: thrown });
+        this.failure ??= new Error(`the SQLite ${role}'s thread ended: ${why}`, { cause: thrown });
         this.pending?.reject(this.failure);
         this.pending = undefined;
         if (!isOpen) opened(thrown ?? this.failure);
@@ -357,7 +384,7 @@ class WriterThread {
   /** Starts the thread; resolves once its connection is open, rejects with the error if it cannot open. */
   static start(options: SqliteWriterOptions): Promise<WriterThread> {
     const require = createRequire(import.meta.url);
-    const { onWarning: _w, onFailure: _f, ...data } = options;
+    const { onWarning: _w, onFailure: _f, threads: _t, role: _r, ...data } = options;
     const worker = new Worker(WORKER_CODE, {
       eval: true,
       workerData: {
@@ -376,7 +403,7 @@ class WriterThread {
 
   run(sql: string, parameters: readonly unknown[]): Promise<Answer> {
     if (this.failure) return Promise.reject(this.failure);
-    if (this.closing) return Promise.reject(new Error("the SQLite writer's connection is closed"));
+    if (this.closing) return Promise.reject(new Error(`the SQLite ${this.role}'s connection is closed`));
     return new Promise((resolve, reject) => {
       this.pending = { resolve, reject };
       // Held while a statement is in flight: a command awaiting its answer must not end first.
