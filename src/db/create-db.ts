@@ -55,10 +55,18 @@ const READER_CACHE_KIB = 16 * 1024;
 const LOOKUP_THREADS = 2;
 
 /**
- * Each lookup connection's page cache, in KiB: enough for the upper levels of the index it searches
- * and of the table; the rows themselves are anywhere, and come from the system's page cache or the disk.
+ * Each lookup connection's page cache, in KiB (SQLite's default): the upper levels of the index it
+ * searches and of the table; the rows themselves are anywhere, and come from the system's page cache
+ * or the disk.
  */
-const LOOKUP_CACHE_KIB = 4 * 1024;
+const LOOKUP_CACHE_KIB = 2 * 1024;
+
+/**
+ * Each lookup thread's heap: a search's row (at most 1 MiB of text) and the statements kept prepared.
+ * Without a bound on its young generation, each thread's grew as the event loop's does, and two of
+ * them took a serving instance under a mixed load past 250 MB.
+ */
+const LOOKUP_HEAP = { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 64 } as const;
 
 /** Every SQLite connection's settings: the writer's, the reader's and the lookups'. */
 const SQLITE_PRAGMAS = [
@@ -101,6 +109,7 @@ function openSqliteLookups(file: string, observation: Observation): Db {
       checkpoints: false,
       threads: LOOKUP_THREADS,
       role: 'lookups',
+      resourceLimits: LOOKUP_HEAP,
     }),
     log: timed('lookups', observation),
   });

@@ -1,5 +1,5 @@
 import { createRequire } from 'node:module';
-import { Worker } from 'node:worker_threads';
+import { type ResourceLimits, Worker } from 'node:worker_threads';
 import type SqliteDatabase from 'better-sqlite3';
 import {
   CompiledQuery,
@@ -166,6 +166,8 @@ export interface SqliteWriterOptions {
   readonly threads?: number;
   /** What the connections are called in errors: `writer` by default. */
   readonly role?: string;
+  /** Each thread's heap limits (Node's own by default). */
+  readonly resourceLimits?: ResourceLimits;
   /** Where the checkpoints' connection opens, when not `file`: a test's way of making it fail. */
   readonly checkpointFile?: string;
   /** Told of what the operator should know and the writer works on regardless. */
@@ -384,9 +386,10 @@ class WriterThread {
   /** Starts the thread; resolves once its connection is open, rejects with the error if it cannot open. */
   static start(options: SqliteWriterOptions): Promise<WriterThread> {
     const require = createRequire(import.meta.url);
-    const { onWarning: _w, onFailure: _f, threads: _t, role: _r, ...data } = options;
+    const { onWarning: _w, onFailure: _f, threads: _t, role: _r, resourceLimits, ...data } = options;
     const worker = new Worker(WORKER_CODE, {
       eval: true,
+      ...(resourceLimits ? { resourceLimits } : {}),
       workerData: {
         ...data,
         driver: require.resolve(options.driver),
