@@ -7,6 +7,7 @@ import type {
   PositionsMemo,
   VersionRead,
 } from '../catalog/playbook-service.js';
+import type { PinsReading } from '../catalog/stored-pins.js';
 import { pageOf } from '../foundation/paging.js';
 import { Answer, type LazyAnswer, type ReadAnswer, tagOf } from '../http/answer.js';
 import { blocksOf, compressLikeStream, SharedStream } from '../http/shared-stream.js';
@@ -56,8 +57,12 @@ function piecesAround(text: string, count: number): string[] {
 }
 
 /** An answer's text with each version's stored pins in their place, as the pins are read. */
-async function* pinnedText(pieces: readonly string[], pins: PinsInStorage): AsyncGenerator<string> {
-  const pinsOf = pins.readPins();
+async function* pinnedText(
+  pieces: readonly string[],
+  pins: PinsInStorage,
+  reading: PinsReading,
+): AsyncGenerator<string> {
+  const pinsOf = pins.readPins(reading);
   for (const [index, versionId] of pins.versionIds.entries()) {
     yield pieces[index]!;
     yield* pinsOf(versionId);
@@ -130,13 +135,13 @@ export class ReadAnswers {
     const text = serialize(value);
     const tag = given ?? tagOf(text);
     const pieces = piecesAround(text, pins.versionIds.length);
-    const body = () => blocksOf(pinnedText(pieces, pins));
     const size = Buffer.byteLength(text) + pins.pinCount * PIN_BYTES;
     if (size > Math.max(this.answers.share, STREAMED_FROM_BYTES)) {
-      return new SharedStream(tag, text.length * 2, body);
+      // Read a part per turn of the event loop that a pass gives, none ahead of it.
+      return new SharedStream(tag, text.length * 2, () => blocksOf(pinnedText(pieces, pins, 'parts')));
     }
     const blocks: Buffer[] = [];
-    for await (const block of body()) blocks.push(block);
+    for await (const block of blocksOf(pinnedText(pieces, pins, 'batches'))) blocks.push(block);
     return new Answer(Buffer.concat(blocks), tag, compressLikeStream);
   }
 

@@ -36,7 +36,13 @@ import {
 import { type CatalogTagRow, readCatalogTagger, resourceTag } from './object-tags.js';
 import * as repo from './read-repository.js';
 import { findStoredDetail, type OwnerDetail, STORED_DETAIL_FORM } from './stored-details.js';
-import { type PinsHead, readPinsHeads, readStoredPins, storedPinsText } from './stored-pins.js';
+import {
+  type PinsHead,
+  type PinsReading,
+  readPinsHeads,
+  readStoredPins,
+  storedPinsText,
+} from './stored-pins.js';
 import { planAllows } from './visibility.js';
 
 export interface PageOf<T> {
@@ -75,8 +81,9 @@ export interface PinsInStorage {
    * A reader of the pins for one pass over the answer: the JSON text of a version's pins (`[{…},…]`,
    * exactly as the contract writes them), in parts; reading stops when the iteration does. A
    * version's pins never change, so a pass begun long after the Catalogs were read reads the same text.
+   * `reading` as `storedPinsText` takes it: a part per statement for an answer written as it is read.
    */
-  readPins(): (versionId: string) => AsyncGenerator<string>;
+  readPins(reading: PinsReading): (versionId: string) => AsyncGenerator<string>;
 }
 
 /** A page of Catalogs with each current version's `resourcePins` left empty, and its pins in storage. */
@@ -382,7 +389,7 @@ function pinsInStorage(db: Db, rows: readonly repo.CatalogListRow[]): PinsInStor
   return {
     versionIds,
     pinCount: rows.reduce((sum, row) => sum + Number(row.currentVersion?.resource_count ?? 0), 0),
-    readPins: () => {
+    readPins: (reading) => {
       let heads: Promise<Map<string, PinsHead>> | undefined;
       return async function* pinsText(versionId: string): AsyncGenerator<string> {
         heads ??= readPinsHeads(db, versionIds);
@@ -390,7 +397,7 @@ function pinsInStorage(db: Db, rows: readonly repo.CatalogListRow[]): PinsInStor
         const head = held.get(versionId);
         if (head === undefined) throw new Error(`version ${versionId} is not of this answer`);
         held.delete(versionId);
-        yield* storedPinsText(db, versionId, head);
+        yield* storedPinsText(db, versionId, head, reading);
       };
     },
   };

@@ -16,7 +16,7 @@ import { yieldIfBusy } from '../foundation/pace.js';
  * storage at once.
  */
 
-/** Bytes of the identity body per block: what is read, compressed and sent as one. */
+/** Bytes of the identity body per block: what is read and sent as one (compressed in runs of them). */
 export const BLOCK_BYTES = 64 * 1024;
 /**
  * A pass may be joined for its first {@link GATHER_MS} (the requests of a moment, each sent the blocks
@@ -24,12 +24,18 @@ export const BLOCK_BYTES = 64 * 1024;
  * that much waits for the moment to pass, so that a body of any size holds no more meanwhile.
  */
 const GATHER_MS = 100;
-const JOIN_WINDOW_BYTES = 4 * 1024 * 1024;
+/**
+ * 1 MiB: under a mixed load a pass takes seconds, so passes of successive versions of a list overlap,
+ * and with windows of 4 MiB a serving instance held about 13 MB more (`npm run bench:scale`, D30).
+ */
+const JOIN_WINDOW_BYTES = 1024 * 1024;
 /** How far a pass runs ahead of its slowest reader before it waits. */
 const AHEAD_BYTES = 1024 * 1024;
 /**
  * Passes reading storage at once, across every streamed answer: each holds up to a window of blocks
- * and, compressed, an encoder of a few megabytes; more requests wait for a turn (and may share it).
+ * and, compressed, the run being compressed and an encoder of a few megabytes; more requests wait for
+ * a turn (and may share it). A pass waits for its slowest reader: as many slow readers as there are
+ * turns hold up every streamed answer of the instance, so there are not fewer.
  */
 const CONCURRENT_PASSES = 4;
 const passTurns = pLimit(CONCURRENT_PASSES);
@@ -47,24 +53,38 @@ const STREAM_BROTLI: zlib.BrotliOptions = {
 
 export type StreamEncoding = 'br' | 'gzip';
 
+/** Writes text straight into a block, without a buffer of its own per part. */
+const encoder = new TextEncoder();
+
 /**
  * The blocks of `parts` (text made in pieces of any size), each exactly {@link BLOCK_BYTES} but the
  * last: the same text always gives the same blocks, so a compressor fed them always writes the same
- * bytes (a representation's strong ETag holds for every pass).
+ * bytes (a representation's strong ETag holds for every pass). A character whose bytes do not fit in
+ * what is left of a block is cut between it and the next, as the bytes of the whole text would be.
  */
 export async function* blocksOf(parts: AsyncIterable<string>): AsyncGenerator<Buffer> {
   let block = Buffer.allocUnsafe(BLOCK_BYTES);
   let used = 0;
   for await (const part of parts) {
-    const bytes = Buffer.from(part);
-    for (let offset = 0; offset < bytes.length; ) {
-      const copied = bytes.copy(block, used, offset);
-      used += copied;
-      offset += copied;
+    let rest = part;
+    while (rest.length > 0) {
+      const { read, written } = encoder.encodeInto(rest, block.subarray(used));
+      used += written;
+      rest = rest.slice(read);
+      let carried: Buffer | undefined;
+      if (used < BLOCK_BYTES && rest.length > 0) {
+        // The next character does not fit whole: its first bytes end this block, the others begin the next.
+        const character = String.fromCodePoint(rest.codePointAt(0)!);
+        const bytes = Buffer.from(character);
+        const fitted = bytes.copy(block, used);
+        used += fitted;
+        carried = bytes.subarray(fitted);
+        rest = rest.slice(character.length);
+      }
       if (used === BLOCK_BYTES) {
         yield block;
         block = Buffer.allocUnsafe(BLOCK_BYTES);
-        used = 0;
+        used = carried ? carried.copy(block) : 0;
       }
     }
   }
@@ -90,12 +110,38 @@ export async function compressLikeStream(encoding: StreamEncoding, body: Buffer)
 }
 
 /**
- * `blocks` through the compressor of `encoding`, each block written on its own (the compressor's
- * output depends on how its input is cut); storage is read as the compressor takes blocks.
+ * Blocks written to a compressor at once. Each write is a turn of the event loop and back from
+ * libuv's pool: under a mixed load a turn takes tens of milliseconds, and a list of 25 MB written a
+ * block at a time took 15 s to send as `br`. Brotli's output depends on how its input is cut
+ * (writes of its whole window, 1 MiB here, change it), so the cut is fixed: a write of four blocks.
+ */
+const BLOCKS_PER_WRITE = 4;
+
+/** `blocks` in runs of {@link BLOCKS_PER_WRITE}, each run one buffer (the last may be shorter). */
+async function* runsOf(blocks: AsyncGenerator<Buffer>): AsyncGenerator<Buffer> {
+  let run: Buffer[] = [];
+  for await (const block of blocks) {
+    run.push(block);
+    if (run.length === BLOCKS_PER_WRITE) {
+      yield Buffer.concat(run);
+      run = [];
+    }
+  }
+  if (run.length > 0) yield Buffer.concat(run);
+}
+
+/**
+ * `blocks` through the compressor of `encoding`, written in the same runs whatever made them (the
+ * compressor's output depends on how its input is cut); storage is read as the compressor takes them.
  */
 async function* compressed(blocks: AsyncGenerator<Buffer>, encoding: StreamEncoding): AsyncGenerator<Buffer> {
-  const compressor = encoding === 'br' ? zlib.createBrotliCompress(STREAM_BROTLI) : zlib.createGzip();
-  const input = Readable.from(blocks, { objectMode: true, highWaterMark: 1 });
+  // Room for what a run compresses to, so that it comes back in one turn rather than in 16 KiB pieces.
+  const chunkSize = BLOCK_BYTES * BLOCKS_PER_WRITE;
+  const compressor =
+    encoding === 'br'
+      ? zlib.createBrotliCompress({ ...STREAM_BROTLI, chunkSize })
+      : zlib.createGzip({ chunkSize });
+  const input = Readable.from(runsOf(blocks), { objectMode: true, highWaterMark: 1 });
   input.pipe(compressor);
   input.on('error', (error) => compressor.destroy(error));
   try {

@@ -136,8 +136,8 @@ describe('answers of Catalogs, written as they are read (D30)', () => {
       const warm = await liveHeapWhileReceiving(port, path, acme);
       expect(cold.received).toBeGreaterThan(20_000_000);
       expect(warm.received).toBe(cold.received);
-      // The stated bound, heap and buffers: a pass holds a slice of stored pins (1 MiB of text, twice
-      // over as a string and its bytes), a window of blocks and what the socket has not taken: far
+      // The stated bound, heap and buffers: a pass holds a part of stored pins (64 Ki characters), a
+      // window of blocks, a run being compressed and what the socket has not taken: far
       // less than 16 MiB, where the answer whole is 20 MB as bytes (kept, once made) and more than
       // twice that as a string.
       expect(cold.peak).toBeLessThan(16 * 1024 * 1024);

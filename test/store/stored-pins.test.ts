@@ -4,6 +4,7 @@ import {
   PINS_PART_CHARS,
   readPinsText,
   readStoredPins,
+  storedPinsText,
   writeStoredPins,
 } from '../../src/catalog/stored-pins.js';
 import type { ResourcePin } from '../../src/schemas/playbook.js';
@@ -12,7 +13,7 @@ import { givenCatalog, givenStoredPins } from '../helpers/fixtures.js';
 
 /**
  * D20, D30: a stored Catalog version's pins are stored in parts of their text, read back a few parts
- * per statement, on both stacks, and come out exactly as stored: parts end between characters, never
+ * per statement (one for an answer written as it is read), on both stacks, and come out exactly as stored: parts end between characters, never
  * inside one, whatever the characters (multi-byte, astral).
  */
 describe('stored pins, read in parts', () => {
@@ -99,6 +100,45 @@ describe('stored pins, read in parts', () => {
     expect(wholeParts.length).toBeGreaterThan(16);
     expect(await partsOf(sliced)).toEqual(wholeParts);
     expect(await readPinsText(db, sliced)).toBe(text);
+  });
+
+  it('read a part at a time for a streamed answer, the same text, with nothing read ahead of its reader', async () => {
+    const db = backend.databases.primary;
+    const pins = Array.from({ length: 12_002 }, (_, i) => pin(i));
+    const versionId = await stored(pins);
+    const read = async (reading: 'batches' | 'parts') => {
+      const parts: string[] = [];
+      for await (const part of storedPinsText(db, versionId, undefined, reading)) parts.push(part);
+      return parts;
+    };
+    const byParts = await read('parts');
+    expect(byParts.length).toBeGreaterThan(16);
+    expect(byParts).toEqual(await read('batches'));
+    expect(byParts.join('')).toBe(JSON.stringify(pins));
+
+    // Parts taken from storage after the reader took the first two: read a part at a time, the third
+    // is read only when asked for, and is gone by then; read in batches, it was held already.
+    const takeThird = async (id: string, reading: 'batches' | 'parts') => {
+      const parts = storedPinsText(db, id, undefined, reading);
+      await parts.next();
+      await parts.next();
+      await db
+        .deleteFrom('catalog_version_pins')
+        .where('version_id', '=', id)
+        .where('part', '>=', 2)
+        .execute();
+      try {
+        return await parts.next();
+      } finally {
+        await parts.return(undefined);
+      }
+    };
+    await expect(takeThird(versionId, 'parts')).rejects.toThrow(
+      `no stored pins for catalog version ${versionId}`,
+    );
+    const third = await takeThird(await stored(pins.slice(0, 12_001)), 'batches');
+    expect(third.done).toBe(false);
+    expect(third.value).toBe(byParts[2]);
   });
 
   it('no pins, and one', async () => {
