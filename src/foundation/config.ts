@@ -64,10 +64,13 @@ const EnvSchema = Type.Object({
     maximum: MAX_CATALOG_RESOURCES,
     default: MAX_CATALOG_RESOURCES,
   }),
+  // 32 MiB: each MiB of a full budget is about a MiB of resident memory, and under a mixed load at a
+  // million Resources an instance with 64 MiB of answers peaked at 275 MB, past the 250 MB that D30
+  // bounds a serving instance to (`npm run bench:scale`).
   PLAYBOOK_ANSWER_CACHE_BYTES: Type.Integer({
     minimum: 0,
     maximum: 2 ** 40,
-    default: 64 * 1024 * 1024,
+    default: 32 * 1024 * 1024,
   }),
   PLAYBOOK_SYNC_RETENTION_S: Type.Integer({ minimum: 60, maximum: 315_360_000, default: 2_592_000 }),
   PLAYBOOK_SYNC_MAX_WAITERS: Type.Integer({ minimum: 0, maximum: 100_000, default: 1000 }),

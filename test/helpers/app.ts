@@ -78,7 +78,9 @@ export async function buildTestApp(
   callers: PrincipalRegistry | Authenticator,
 ): Promise<FastifyInstance> {
   const identity = callers instanceof PrincipalRegistry ? callers.bind(backend) : undefined;
-  const reads = await readSide(backend.databases.reader, backend.content);
+  const reads = await readSide(backend.databases.reader, backend.content, {
+    lookups: backend.databases.lookups,
+  });
   const app = await buildApp({
     reads: reads.answers,
     authenticator: identity ? identity.authenticator : (callers as Authenticator),

@@ -27,14 +27,19 @@ export interface ReadSide {
 export async function readSide(
   db: Db,
   content: ContentReader,
-  options: { answerCacheBytes?: number; metrics?: Metrics } = {},
+  options: {
+    answerCacheBytes?: number;
+    metrics?: Metrics;
+    /** Where stored details are searched (`Databases.lookups`); `db` unless given. */
+    lookups?: Db;
+  } = {},
 ): Promise<ReadSide> {
   const cache = new AnswerCache(options.answerCacheBytes ?? 64 * 1024 * 1024, options.metrics);
   const follower = new ChangeFollower(db);
   follower.onChange((followed) => cache.follow(followed));
   await follower.start();
   following.add(follower);
-  const playbook = new PlaybookService(db, content);
+  const playbook = new PlaybookService(db, content, options.lookups ?? db);
   return {
     playbook,
     answers: new ReadAnswers(playbook, cache),

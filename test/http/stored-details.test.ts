@@ -48,7 +48,10 @@ describe('stored details (D30)', () => {
   async function withReadModel(
     read?: (resourceId: string, side: ReadSide) => Promise<OwnerDetail | undefined>,
   ) {
-    const side = await readSide(backend.databases.reader, backend.content, { metrics: identity.metrics });
+    const side = await readSide(backend.databases.reader, backend.content, {
+      metrics: identity.metrics,
+      lookups: backend.databases.lookups,
+    });
     const asked: string[] = [];
     const builder = new StoredDetailsBuilder(
       backend.databases.reader,
@@ -77,7 +80,10 @@ describe('stored details (D30)', () => {
   beforeAll(async () => {
     backend = await createTestBackend();
     identity = createTestIdentity(backend);
-    plainSide = await readSide(backend.databases.reader, backend.content, { metrics: identity.metrics });
+    plainSide = await readSide(backend.databases.reader, backend.content, {
+      metrics: identity.metrics,
+      lookups: backend.databases.lookups,
+    });
     plain = await buildIdentityApp(backend, identity, undefined, { reads: plainSide });
     await givenAccount(backend.databases.primary, 'acme');
     await givenAccount(backend.databases.primary, 'globex');

@@ -18,7 +18,7 @@ describe('configuration (D13)', () => {
     expect(config.logLevel).toBe('info');
     expect(config.trustProxy).toBe(false);
     expect(config.timeouts).toEqual({ requestMs: 30_000, keepAliveMs: 72_000 });
-    expect(config.answerCacheBytes).toBe(64 * 1024 * 1024);
+    expect(config.answerCacheBytes).toBe(32 * 1024 * 1024);
     expect(config.shutdownDelayMs).toBe(0);
     expect(config.webhooks.concurrency).toBe(10);
     expect(config.webhooks.perEndpoint).toBe(2);
