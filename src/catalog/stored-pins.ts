@@ -1,4 +1,3 @@
-import { PreparedQuery } from '../db/prepared-query.js';
 import type { Db } from '../db/tables.js';
 import { parseJsonParts } from '../foundation/sliced-json.js';
 import { partEnd, textParts } from '../foundation/text-parts.js';
@@ -102,15 +101,6 @@ async function readPinsParts(db: Db, versionId: string, from: number, count: num
   return rows.map((row) => row.json);
 }
 
-/** One part of a version's pins, by its key. */
-const PINS_PART = new PreparedQuery(['versionId', 'part'], (db, slot, _shape: 'any') =>
-  db
-    .selectFrom('catalog_version_pins')
-    .select('json')
-    .where('version_id', '=', slot.versionId)
-    .where('part', '=', slot.part as unknown as number),
-);
-
 /**
  * How `storedPinsText` reads: `batches`, a statement per `PARTS_PER_STATEMENT` parts, for a reader
  * that takes the parts as fast as they come; `parts`, a statement per part, for one that takes a part
@@ -134,22 +124,13 @@ export async function* storedPinsText(
   const { first, parts } =
     head ?? (await readPinsHeads(db, [versionId])).get(versionId) ?? missing(versionId);
   if (first.length > 0) yield first;
-  if (reading === 'parts') {
-    for (let part = 1; part < parts; part++) {
-      const [row] = await PINS_PART.run(db, 'any', { versionId, part });
-      yield row?.json ?? missing(versionId);
-    }
-    return;
-  }
-  for (let from = 1; from < parts; from += PARTS_PER_STATEMENT) {
-    for (const part of await readPinsParts(
-      db,
-      versionId,
-      from,
-      Math.min(PARTS_PER_STATEMENT, parts - from),
-    )) {
-      yield part;
-    }
+  const perStatement = reading === 'parts' ? 1 : PARTS_PER_STATEMENT;
+  for (let from = 1; from < parts; from += perStatement) {
+    const count = Math.min(perStatement, parts - from);
+    const read = await readPinsParts(db, versionId, from, count);
+    // Parts the head counted and storage no longer holds: a text cut short is never yielded as whole.
+    if (read.length < count) missing(versionId);
+    yield* read;
   }
 }
 

@@ -91,10 +91,11 @@ export async function* blocksOf(parts: AsyncIterable<string>): AsyncGenerator<Bu
   if (used > 0) yield block.subarray(0, used);
 }
 
-/** `body` in blocks of {@link BLOCK_BYTES}, as `blocksOf` cuts the same text. */
-async function* blocksOfBody(body: Buffer): AsyncGenerator<Buffer> {
-  for (let offset = 0; offset < body.length; offset += BLOCK_BYTES) {
-    yield body.subarray(offset, offset + BLOCK_BYTES);
+/** `body` in runs of {@link BLOCKS_PER_WRITE} blocks, as `runsOf` joins the blocks `blocksOf` cuts. */
+async function* runsOfBody(body: Buffer): AsyncGenerator<Buffer> {
+  const runBytes = BLOCK_BYTES * BLOCKS_PER_WRITE;
+  for (let offset = 0; offset < body.length; offset += runBytes) {
+    yield body.subarray(offset, offset + runBytes);
   }
 }
 
@@ -105,7 +106,7 @@ async function* blocksOfBody(body: Buffer): AsyncGenerator<Buffer> {
  */
 export async function compressLikeStream(encoding: StreamEncoding, body: Buffer): Promise<Buffer> {
   const parts: Buffer[] = [];
-  for await (const part of compressed(blocksOfBody(body), encoding)) parts.push(part);
+  for await (const part of compressed(runsOfBody(body), encoding)) parts.push(part);
   return Buffer.concat(parts);
 }
 
@@ -131,17 +132,18 @@ async function* runsOf(blocks: AsyncGenerator<Buffer>): AsyncGenerator<Buffer> {
 }
 
 /**
- * `blocks` through the compressor of `encoding`, written in the same runs whatever made them (the
- * compressor's output depends on how its input is cut); storage is read as the compressor takes them.
+ * `runs` through the compressor of `encoding`, each written on its own, so that the same runs
+ * (`runsOf`, `runsOfBody`) give the same bytes (the compressor's output depends on how its input is
+ * cut); storage is read as the compressor takes them.
  */
-async function* compressed(blocks: AsyncGenerator<Buffer>, encoding: StreamEncoding): AsyncGenerator<Buffer> {
+async function* compressed(runs: AsyncGenerator<Buffer>, encoding: StreamEncoding): AsyncGenerator<Buffer> {
   // Room for what a run compresses to, so that it comes back in one turn rather than in 16 KiB pieces.
   const chunkSize = BLOCK_BYTES * BLOCKS_PER_WRITE;
   const compressor =
     encoding === 'br'
       ? zlib.createBrotliCompress({ ...STREAM_BROTLI, chunkSize })
       : zlib.createGzip({ chunkSize });
-  const input = Readable.from(runsOf(blocks), { objectMode: true, highWaterMark: 1 });
+  const input = Readable.from(runs, { objectMode: true, highWaterMark: 1 });
   input.pipe(compressor);
   input.on('error', (error) => compressor.destroy(error));
   try {
@@ -339,7 +341,7 @@ export class SharedStream {
     let pass = this.passes.get(name);
     if (!pass?.joinable) {
       const made: Pass = new Pass(
-        () => (encoding === undefined ? this.body() : compressed(this.body(), encoding)),
+        () => (encoding === undefined ? this.body() : compressed(runsOf(this.body()), encoding)),
         () => {
           if (this.passes.get(name) === made) this.passes.delete(name);
         },
