@@ -41,12 +41,14 @@ const CONCURRENT_PASSES = 4;
 const passTurns = pLimit(CONCURRENT_PASSES);
 
 /**
- * A compressed stream is made once per pass, not once per answer kept: a faster setting than kept
- * answers use, and a window of 1 MiB, so that an encoder holds little.
+ * A compressed stream is made once per pass, not once per answer kept: brotli's fastest setting but
+ * one, and a window of 1 MiB, so that an encoder holds little. On the catalogs list of 1,000,000
+ * Resources (25 MB) it took 63 ms where quality 4 took 393 ms, and its output was 9 % smaller (the
+ * pins repeat themselves within a few hundred bytes, which this quality's single pass finds).
  */
 const STREAM_BROTLI: zlib.BrotliOptions = {
   params: {
-    [zlib.constants.BROTLI_PARAM_QUALITY]: 4,
+    [zlib.constants.BROTLI_PARAM_QUALITY]: 1,
     [zlib.constants.BROTLI_PARAM_LGWIN]: 20,
   },
 };
@@ -111,12 +113,13 @@ export async function compressLikeStream(encoding: StreamEncoding, body: Buffer)
 }
 
 /**
- * Blocks written to a compressor at once. Each write is a turn of the event loop and back from
- * libuv's pool: under a mixed load a turn takes tens of milliseconds, and a list of 25 MB written a
- * block at a time took 15 s to send as `br`. Brotli's output depends on how its input is cut
- * (writes of its whole window, 1 MiB here, change it), so the cut is fixed: a write of four blocks.
+ * Blocks written to a compressor at once (1 MiB). Each write is a turn of the event loop and back from
+ * libuv's pool, and under a mixed load a turn takes tens of milliseconds: a list of 25 MB written a
+ * block at a time took 15 s to send as `br`, in runs of four blocks 2-3 s, in runs of sixteen
+ * 0.6-1.1 s; asked for once a second, runs of four left the requests for it waiting past 5 s
+ * (`npm run bench:scale`). Brotli's output depends on how its input is cut, so the cut is fixed.
  */
-const BLOCKS_PER_WRITE = 4;
+const BLOCKS_PER_WRITE = 16;
 
 /** `blocks` in runs of {@link BLOCKS_PER_WRITE}, each run one buffer (the last may be shorter). */
 async function* runsOf(blocks: AsyncGenerator<Buffer>): AsyncGenerator<Buffer> {
@@ -137,8 +140,9 @@ async function* runsOf(blocks: AsyncGenerator<Buffer>): AsyncGenerator<Buffer> {
  * cut); storage is read as the compressor takes them.
  */
 async function* compressed(runs: AsyncGenerator<Buffer>, encoding: StreamEncoding): AsyncGenerator<Buffer> {
-  // Room for what a run compresses to, so that it comes back in one turn rather than in 16 KiB pieces.
-  const chunkSize = BLOCK_BYTES * BLOCKS_PER_WRITE;
+  // Room for what a run compresses to (about a sixth of it on the catalogs list), so that it comes
+  // back in one turn rather than in 16 KiB pieces.
+  const chunkSize = (BLOCK_BYTES * BLOCKS_PER_WRITE) / 4;
   const compressor =
     encoding === 'br'
       ? zlib.createBrotliCompress({ ...STREAM_BROTLI, chunkSize })
