@@ -138,7 +138,9 @@ export class ReadAnswers {
     const size = Buffer.byteLength(text) + pins.pinCount * PIN_BYTES;
     if (size > Math.max(this.answers.share, STREAMED_FROM_BYTES)) {
       // Read a part per turn of the event loop that a pass gives, none ahead of it.
-      return new SharedStream(tag, text.length * 2, () => blocksOf(pinnedText(pieces, pins, 'parts')));
+      return new SharedStream(tag, text.length * 2, (blockBytes) =>
+        blocksOf(pinnedText(pieces, pins, 'parts'), blockBytes),
+      );
     }
     const blocks: Buffer[] = [];
     for await (const block of blocksOf(pinnedText(pieces, pins, 'batches'))) blocks.push(block);

@@ -16,7 +16,7 @@ import { yieldIfBusy } from '../foundation/pace.js';
  * storage at once.
  */
 
-/** Bytes of the identity body per block: what is read and sent as one (compressed in runs of them). */
+/** Bytes of the identity body per block: what is read and sent as one (see {@link RUN_BYTES} when compressed). */
 export const BLOCK_BYTES = 64 * 1024;
 /**
  * A pass may be joined for its first {@link GATHER_MS} (the requests of a moment, each sent the blocks
@@ -59,13 +59,16 @@ export type StreamEncoding = 'br' | 'gzip';
 const encoder = new TextEncoder();
 
 /**
- * The blocks of `parts` (text made in pieces of any size), each exactly {@link BLOCK_BYTES} but the
- * last: the same text always gives the same blocks, so a compressor fed them always writes the same
- * bytes (a representation's strong ETag holds for every pass). A character whose bytes do not fit in
- * what is left of a block is cut between it and the next, as the bytes of the whole text would be.
+ * The blocks of `parts` (text made in pieces of any size), each exactly `blockBytes` but the last: the
+ * same text always gives the same blocks, so a compressor fed them always writes the same bytes (a
+ * representation's strong ETag holds for every pass). A character whose bytes do not fit in what is
+ * left of a block is cut between it and the next, as the bytes of the whole text would be.
  */
-export async function* blocksOf(parts: AsyncIterable<string>): AsyncGenerator<Buffer> {
-  let block = Buffer.allocUnsafe(BLOCK_BYTES);
+export async function* blocksOf(
+  parts: AsyncIterable<string>,
+  blockBytes: number = BLOCK_BYTES,
+): AsyncGenerator<Buffer> {
+  let block = Buffer.allocUnsafe(blockBytes);
   let used = 0;
   for await (const part of parts) {
     let rest = part;
@@ -74,7 +77,7 @@ export async function* blocksOf(parts: AsyncIterable<string>): AsyncGenerator<Bu
       used += written;
       rest = rest.slice(read);
       let carried: Buffer | undefined;
-      if (used < BLOCK_BYTES && rest.length > 0) {
+      if (used < blockBytes && rest.length > 0) {
         // The next character does not fit whole: its first bytes end this block, the others begin the next.
         const character = String.fromCodePoint(rest.codePointAt(0)!);
         const bytes = Buffer.from(character);
@@ -83,9 +86,9 @@ export async function* blocksOf(parts: AsyncIterable<string>): AsyncGenerator<Bu
         carried = bytes.subarray(fitted);
         rest = rest.slice(character.length);
       }
-      if (used === BLOCK_BYTES) {
+      if (used === blockBytes) {
         yield block;
-        block = Buffer.allocUnsafe(BLOCK_BYTES);
+        block = Buffer.allocUnsafe(blockBytes);
         used = carried ? carried.copy(block) : 0;
       }
     }
@@ -93,11 +96,10 @@ export async function* blocksOf(parts: AsyncIterable<string>): AsyncGenerator<Bu
   if (used > 0) yield block.subarray(0, used);
 }
 
-/** `body` in runs of {@link BLOCKS_PER_WRITE} blocks, as `runsOf` joins the blocks `blocksOf` cuts. */
+/** `body` in runs of {@link RUN_BYTES}, as `blocksOf` cuts the text of a pass it compresses. */
 async function* runsOfBody(body: Buffer): AsyncGenerator<Buffer> {
-  const runBytes = BLOCK_BYTES * BLOCKS_PER_WRITE;
-  for (let offset = 0; offset < body.length; offset += runBytes) {
-    yield body.subarray(offset, offset + runBytes);
+  for (let offset = 0; offset < body.length; offset += RUN_BYTES) {
+    yield body.subarray(offset, offset + RUN_BYTES);
   }
 }
 
@@ -113,36 +115,24 @@ export async function compressLikeStream(encoding: StreamEncoding, body: Buffer)
 }
 
 /**
- * Blocks written to a compressor at once (1 MiB). Each write is a turn of the event loop and back from
- * libuv's pool, and under a mixed load a turn takes tens of milliseconds: a list of 25 MB written a
- * block at a time took 15 s to send as `br`, in runs of four blocks 2-3 s, in runs of sixteen
- * 0.6-1.1 s; asked for once a second, runs of four left the requests for it waiting past 5 s
- * (`npm run bench:scale`). Brotli's output depends on how its input is cut, so the cut is fixed.
+ * Bytes written to a compressor at once: a compressed pass cuts its text in blocks of this size.
+ * Each write is a turn of the event loop and back from libuv's pool, and under a mixed load a turn
+ * takes tens of milliseconds: a list of 25 MB written 64 KiB at a time took 15 s to send as `br`,
+ * 256 KiB at a time 2-3 s, 1 MiB at a time 0.6-1.1 s; asked for once a second, runs of 256 KiB left
+ * the requests for it waiting past 5 s (`npm run bench:scale`). Brotli's output depends on how its
+ * input is cut, so the cut is fixed.
  */
-const BLOCKS_PER_WRITE = 16;
-
-/** `blocks` in runs of {@link BLOCKS_PER_WRITE}, each run one buffer (the last may be shorter). */
-async function* runsOf(blocks: AsyncGenerator<Buffer>): AsyncGenerator<Buffer> {
-  let run: Buffer[] = [];
-  for await (const block of blocks) {
-    run.push(block);
-    if (run.length === BLOCKS_PER_WRITE) {
-      yield Buffer.concat(run);
-      run = [];
-    }
-  }
-  if (run.length > 0) yield Buffer.concat(run);
-}
+export const RUN_BYTES = 1024 * 1024;
 
 /**
  * `runs` through the compressor of `encoding`, each written on its own, so that the same runs
- * (`runsOf`, `runsOfBody`) give the same bytes (the compressor's output depends on how its input is
+ * (`blocksOf` at {@link RUN_BYTES}, `runsOfBody`) give the same bytes (the compressor's output depends on how its input is
  * cut); storage is read as the compressor takes them.
  */
 async function* compressed(runs: AsyncGenerator<Buffer>, encoding: StreamEncoding): AsyncGenerator<Buffer> {
-  // Room for what a run compresses to (about a sixth of it on the catalogs list), so that it comes
-  // back in one turn rather than in 16 KiB pieces.
-  const chunkSize = (BLOCK_BYTES * BLOCKS_PER_WRITE) / 4;
+  // Room for what a few runs compress to (a run, about a sixth of itself on the catalogs list), so
+  // that a run comes back in one turn, not in 16 KiB pieces; what room a run leaves, the next takes.
+  const chunkSize = RUN_BYTES / 2;
   const compressor =
     encoding === 'br'
       ? zlib.createBrotliCompress({ ...STREAM_BROTLI, chunkSize })
@@ -331,12 +321,12 @@ export class SharedStream {
   /**
    * @param tag the validator of the identity body, made before the body (see `tagOf`)
    * @param heldBytes what this answer holds while it is kept, for the answer budget
-   * @param body the identity body's blocks, made afresh for each pass (`blocksOf`)
+   * @param body the identity body in blocks of the size given, made afresh for each pass (`blocksOf`)
    */
   constructor(
     readonly tag: string,
     readonly heldBytes: number,
-    private readonly body: () => AsyncGenerator<Buffer>,
+    private readonly body: (blockBytes: number) => AsyncGenerator<Buffer>,
   ) {}
 
   /** The body in `encoding` (identity when undefined), read from a pass shared where it can be. */
@@ -345,7 +335,7 @@ export class SharedStream {
     let pass = this.passes.get(name);
     if (!pass?.joinable) {
       const made: Pass = new Pass(
-        () => (encoding === undefined ? this.body() : compressed(runsOf(this.body()), encoding)),
+        () => (encoding === undefined ? this.body(BLOCK_BYTES) : compressed(this.body(RUN_BYTES), encoding)),
         () => {
           if (this.passes.get(name) === made) this.passes.delete(name);
         },

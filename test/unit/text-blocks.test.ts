@@ -1,16 +1,22 @@
 import zlib from 'node:zlib';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { BLOCK_BYTES, blocksOf, compressLikeStream, SharedStream } from '../../src/http/shared-stream.js';
+import {
+  BLOCK_BYTES,
+  blocksOf,
+  compressLikeStream,
+  RUN_BYTES,
+  SharedStream,
+} from '../../src/http/shared-stream.js';
 
 async function* each(parts: readonly string[]): AsyncGenerator<string> {
   yield* parts;
 }
 
-async function blocks(parts: readonly string[]): Promise<Buffer[]> {
+async function blocks(parts: readonly string[], blockBytes?: number): Promise<Buffer[]> {
   const made: Buffer[] = [];
   // Copied: a block is the reader's to keep once yielded.
-  for await (const block of blocksOf(each(parts))) made.push(Buffer.from(block));
+  for await (const block of blocksOf(each(parts), blockBytes)) made.push(Buffer.from(block));
   return made;
 }
 
@@ -27,9 +33,9 @@ function cutAt(text: string, cuts: readonly number[]): string[] {
   return parts;
 }
 
-function expectBlocksOf(made: readonly Buffer[], text: string): void {
+function expectBlocksOf(made: readonly Buffer[], text: string, blockBytes = BLOCK_BYTES): void {
   expect(Buffer.concat(made).equals(Buffer.from(text))).toBe(true);
-  for (const block of made.slice(0, -1)) expect(block.length).toBe(BLOCK_BYTES);
+  for (const block of made.slice(0, -1)) expect(block.length).toBe(blockBytes);
   expect(made.at(-1)?.length ?? 1).toBeGreaterThan(0);
 }
 
@@ -68,6 +74,23 @@ describe('the blocks of a streamed answer (D30)', () => {
     );
   });
 
+  it('makes blocks of the size asked for, any from four bytes (what a character takes at most)', async () => {
+    // A compressed pass cuts its text in blocks of another size than the identity pass.
+    await fc.assert(
+      fc.asyncProperty(
+        fc.string({ unit: 'binary', maxLength: 400, size: 'max' }),
+        fc.integer({ min: 4, max: 70 }),
+        fc.array(fc.nat(), { maxLength: 6 }),
+        async (text, blockBytes, cuts) => {
+          const made = await blocks(cutAt(text, cuts), blockBytes);
+          if (text.length === 0) expect(made).toEqual([]);
+          else expectBlocksOf(made, text, blockBytes);
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+
   it('compresses an answer written as it is read to the bytes of the same answer held whole, in br and gzip', async () => {
     // Several runs of blocks written to the compressor, the last one short, with characters of every width.
     const text = JSON.stringify(
@@ -78,10 +101,12 @@ describe('the blocks of a streamed answer (D30)', () => {
       })),
     );
     const body = Buffer.from(text);
-    expect(body.length).toBeGreaterThan(16 * BLOCK_BYTES + 1);
+    expect(body.length).toBeGreaterThan(2 * RUN_BYTES + 1);
     for (const encoding of ['br', 'gzip'] as const) {
       const held = await compressLikeStream(encoding, body);
-      const answer = new SharedStream('"tag"', 0, () => blocksOf(each(cutAt(text, [1, 70_000, 300_001]))));
+      const answer = new SharedStream('"tag"', 0, (blockBytes) =>
+        blocksOf(each(cutAt(text, [1, 70_000, 300_001])), blockBytes),
+      );
       const parts: Buffer[] = [];
       for await (const part of answer.open(encoding)) parts.push(part as Buffer);
       const streamed = Buffer.concat(parts);
