@@ -222,6 +222,11 @@ export function sendAnswer(
  * An answer written as it is read: its representation's validator first (a 304 reads nothing more),
  * then the body in the negotiated encoding, chunked, as a pass over storage makes it; none for HEAD.
  * A client that goes away ends its part of the pass (Fastify destroys the stream it was sent).
+ *
+ * A pass goes no further ahead of its slowest reader than a bound, so a client that stops taking the
+ * answer holds up the requests that share its pass: one that takes nothing for as long as a request
+ * may take to arrive (D20, Node's `requestTimeout`; never when it is 0) is let go, its connection
+ * closed, and the pass goes on for the others.
  */
 function sendStreamed(request: FastifyRequest, reply: FastifyReply, streamed: SharedStream): void {
   const encoding = encodingOf(request);
@@ -231,7 +236,8 @@ function sendStreamed(request: FastifyRequest, reply: FastifyReply, streamed: Sh
   }
   reply.type(JSON_TYPE);
   if (encoding !== undefined) reply.header('content-encoding', encoding);
-  reply.send(request.method === 'HEAD' ? Readable.from([]) : streamed.open(encoding));
+  const stallMs = reply.server.server.requestTimeout || Number.POSITIVE_INFINITY;
+  reply.send(request.method === 'HEAD' ? Readable.from([]) : streamed.open(encoding, stallMs));
 }
 
 /** A lazy answer: a revalidation is answered from its validator, without making its body. */

@@ -34,8 +34,7 @@ const AHEAD_BYTES = 1024 * 1024;
 /**
  * Passes reading storage at once, across every streamed answer: each holds up to a window of blocks
  * and, compressed, the run being compressed and an encoder of a few megabytes; more requests wait for
- * a turn (and may share it). A pass waits for its slowest reader: as many slow readers as there are
- * turns hold up every streamed answer of the instance, so there are not fewer.
+ * a turn (and may share it). A pass waiting for a slow reader gives its turn up (`Pass.run`).
  */
 const CONCURRENT_PASSES = 4;
 const passTurns = pLimit(CONCURRENT_PASSES);
@@ -157,8 +156,14 @@ class PassReader extends Readable {
   wants = false;
   /** Whether its end (or the pass's failure) has been given it. */
   finished = false;
+  /** When it last took a block (or joined). */
+  takenAt = performance.now();
 
-  constructor(private readonly pass: Pass) {
+  /** @param stallMs how long it may take nothing while the pass waits for it (see `Pass.letGoStalled`) */
+  constructor(
+    private readonly pass: Pass,
+    readonly stallMs: number,
+  ) {
     super({ highWaterMark: BLOCK_BYTES });
   }
 
@@ -186,6 +191,7 @@ class Pass {
   private failure: unknown;
   private stopped = false;
   private resume: (() => void) | undefined;
+  private stallTimer: NodeJS.Timeout | undefined;
   /** Until when new readers may join, while the first blocks are all held. */
   private gatheringUntil = Number.POSITIVE_INFINITY;
   private closedToJoiners = false;
@@ -194,7 +200,7 @@ class Pass {
     source: () => AsyncGenerator<Buffer>,
     private readonly closed: () => void,
   ) {
-    void passTurns(() => this.run(source));
+    void this.run(source);
   }
 
   /** Whether a new reader may join: the pass holds every block it made, and its moment lasts. */
@@ -203,8 +209,8 @@ class Pass {
     return !this.closedToJoiners;
   }
 
-  join(): Readable {
-    const reader = new PassReader(this);
+  join(stallMs: number): Readable {
+    const reader = new PassReader(this, stallMs);
     this.readers.add(reader);
     return reader;
   }
@@ -214,6 +220,7 @@ class Pass {
     while (reader.wants && reader.next < this.made) {
       const block = this.blocks[reader.next - this.first]!;
       reader.next++;
+      reader.takenAt = performance.now();
       reader.wants = reader.push(block);
     }
     if (reader.next === this.made && this.ended && !reader.finished) {
@@ -235,29 +242,29 @@ class Pass {
     this.release();
   }
 
+  /**
+   * Makes the body's blocks in turns: a turn lasts until the body ends or the slowest reader is
+   * {@link AHEAD_BYTES} behind, and the pass waits for that reader with no turn held, so that a reader
+   * that stops taking its answer holds up its own pass only, not every streamed answer of the
+   * instance; it takes its next turn after the passes already waiting for one.
+   */
   private async run(source: () => AsyncGenerator<Buffer>): Promise<void> {
-    if (this.stopped) return;
-    this.gatheringUntil = performance.now() + GATHER_MS;
-    const blocks = source();
+    let blocks: AsyncGenerator<Buffer> | undefined;
     try {
       for (;;) {
-        if (this.stopped) break;
-        const { value, done } = await blocks.next();
-        if (done || this.stopped) break;
-        this.blocks.push(value);
-        this.made++;
-        this.heldBytes += value.length;
-        for (const reader of this.readers) this.feed(reader);
-        // SQLite's statements resolve without a turn of the event loop: the turn is given here (D20).
-        await yieldIfBusy();
-        if (this.heldBytes >= JOIN_WINDOW_BYTES && this.joinable) {
-          // The window is full: let the moment end before making more, then close it.
-          await new Promise((resolve) => setTimeout(resolve, this.gatheringUntil - performance.now()));
-          this.unjoinable();
-        }
+        const more = await passTurns(async () => {
+          if (this.stopped) return false;
+          if (blocks === undefined) {
+            this.gatheringUntil = performance.now() + GATHER_MS;
+            blocks = source();
+          }
+          return this.make(blocks);
+        });
+        if (!more) break;
         while (!this.stopped && this.aheadBytes() > AHEAD_BYTES) {
           await new Promise<void>((resolve) => {
             this.resume = resolve;
+            this.letGoStalled();
           });
         }
       }
@@ -266,8 +273,52 @@ class Pass {
     } finally {
       this.ended = true;
       this.unjoinable();
-      await blocks.return(undefined);
+      await blocks?.return(undefined);
       for (const reader of this.readers) this.feed(reader);
+    }
+  }
+
+  /** Makes blocks until the body ends (false) or the slowest reader is too far behind (true). */
+  private async make(blocks: AsyncGenerator<Buffer>): Promise<boolean> {
+    for (;;) {
+      if (this.stopped) return false;
+      const { value, done } = await blocks.next();
+      if (done || this.stopped) return false;
+      this.blocks.push(value);
+      this.made++;
+      this.heldBytes += value.length;
+      for (const reader of this.readers) this.feed(reader);
+      // SQLite's statements resolve without a turn of the event loop: the turn is given here (D20).
+      await yieldIfBusy();
+      if (this.heldBytes >= JOIN_WINDOW_BYTES && this.joinable) {
+        // The window is full: let the moment end before making more, then close it.
+        await new Promise((resolve) => setTimeout(resolve, this.gatheringUntil - performance.now()));
+        this.unjoinable();
+      }
+      if (this.aheadBytes() > AHEAD_BYTES) return true;
+    }
+  }
+
+  /**
+   * While the pass waits: each reader behind it that has taken nothing for its `stallMs` is let go
+   * (its request fails, and its connection is closed), so that the others are sent the rest; the
+   * others are looked at again when their time comes. A reader that takes its blocks slowly but
+   * steadily is waited for.
+   */
+  private letGoStalled(): void {
+    const now = performance.now();
+    let soonest = Number.POSITIVE_INFINITY;
+    for (const reader of this.readers) {
+      if (reader.next >= this.made) continue;
+      const due = reader.takenAt + reader.stallMs;
+      if (due <= now)
+        reader.destroy(new Error(`the client took nothing of the answer for ${reader.stallMs} ms`));
+      else soonest = Math.min(soonest, due);
+    }
+    // Letting one go may have resumed the pass.
+    if (this.resume !== undefined && soonest < Number.POSITIVE_INFINITY) {
+      this.stallTimer = setTimeout(() => this.letGoStalled(), soonest - now);
+      this.stallTimer.unref();
     }
   }
 
@@ -305,6 +356,7 @@ class Pass {
     const resume = this.resume;
     if (resume && (this.stopped || this.aheadBytes() <= AHEAD_BYTES)) {
       this.resume = undefined;
+      clearTimeout(this.stallTimer);
       resume();
     }
   }
@@ -330,7 +382,11 @@ export class SharedStream {
   ) {}
 
   /** The body in `encoding` (identity when undefined), read from a pass shared where it can be. */
-  open(encoding: StreamEncoding | undefined): Readable {
+  /**
+   * @param stallMs how long a reader may take nothing while its pass waits for it before it is let go
+   *   (see `Pass.letGoStalled`): never, unless given
+   */
+  open(encoding: StreamEncoding | undefined, stallMs = Number.POSITIVE_INFINITY): Readable {
     const name = encoding ?? 'identity';
     let pass = this.passes.get(name);
     if (!pass?.joinable) {
@@ -343,6 +399,6 @@ export class SharedStream {
       pass = made;
       this.passes.set(name, pass);
     }
-    return pass.join();
+    return pass.join(stallMs);
   }
 }

@@ -1,5 +1,5 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import v8 from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import zlib from 'node:zlib';
@@ -215,8 +215,14 @@ export class StreamedReads {
     this.reader = countingDb(backend, this.counted);
   }
 
-  /** The read side with an answer budget of `answerCacheBytes` (64 MiB by default), listening. */
-  async serve(answerCacheBytes?: number): Promise<{ app: FastifyInstance; reads: ReadSide; port: number }> {
+  /**
+   * The read side with an answer budget of `answerCacheBytes` (64 MiB by default), listening, with
+   * the app's default timeouts unless given.
+   */
+  async serve(
+    answerCacheBytes?: number,
+    timeouts?: { readonly requestMs: number; readonly keepAliveMs: number },
+  ): Promise<{ app: FastifyInstance; reads: ReadSide; port: number }> {
     const reads = await readSide(
       this.reader,
       this.backend.content,
@@ -227,6 +233,7 @@ export class StreamedReads {
       authenticator: new AccountAuthenticator(),
       rateLimits: unlimited,
       readiness: [],
+      ...(timeouts === undefined ? {} : { timeouts }),
     });
     app.addHook('onClose', async () => reads.close());
     await app.listen({ port: 0, host: '127.0.0.1' });
@@ -238,4 +245,33 @@ export class StreamedReads {
     for (const app of this.opened) await app.close();
     await this.reader.destroy();
   }
+}
+
+/**
+ * Asks for `path` on a connection of its own and takes nothing after the first bytes: the answer
+ * fills what the sockets buffer, then waits. `readRest` takes what is left until the connection
+ * closes (a socket that reads nothing cannot see it close) and resolves with every byte received.
+ */
+export function askThenStopReading(
+  port: number,
+  path: string,
+  headers: Record<string, string>,
+): { readRest(): Promise<number>; stop(): void } {
+  const socket = net.connect(port, '127.0.0.1');
+  const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`);
+  socket.write(`GET ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\n${lines.join('')}\r\n`);
+  let received = 0;
+  socket.on('data', (chunk: Buffer) => {
+    received += chunk.length;
+  });
+  socket.once('data', () => socket.pause());
+  socket.on('error', () => {});
+  const closed = new Promise<number>((resolve) => socket.once('close', () => resolve(received)));
+  return {
+    readRest: () => {
+      socket.resume();
+      return closed;
+    },
+    stop: () => socket.destroy(),
+  };
 }

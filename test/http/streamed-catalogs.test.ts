@@ -9,6 +9,7 @@ import { checkProblem } from '../helpers/contract.js';
 import { clearStorage, givenAccount } from '../helpers/fixtures.js';
 import { dataChanged, type ReadSide } from '../helpers/read-side.js';
 import {
+  askThenStopReading,
   decoded,
   get,
   givenPublished,
@@ -43,7 +44,7 @@ describe('answers of Catalogs, written as they are read (D30)', () => {
   let counted: { readonly pinReads: number };
   let serializeWhole: (page: unknown) => Promise<string>;
   let serializeCatalog: (catalog: unknown) => Promise<string>;
-  const serve = (answerCacheBytes?: number) => harness.serve(answerCacheBytes);
+  const serve = (...options: Parameters<StreamedReads['serve']>) => harness.serve(...options);
 
   /** The page as the whole-value read side sees it, serialized at once: the bytes the list must send. */
   async function expectedList(reads: ReadSide, accountId: string | null): Promise<string> {
@@ -179,6 +180,33 @@ describe('answers of Catalogs, written as they are read (D30)', () => {
       expect(counted.pinReads - beforeFive).toBe(onePass);
     }, 120_000);
   });
+
+  it('closes the connection of a client that takes nothing for the request timeout, and the others of its pass are sent the rest (D20)', async () => {
+    const requestMs = 1_000;
+    const alone = await serve();
+    const before = counted.pinReads;
+    const whole = await get(alone.port, LIST, acme);
+    const onePass = counted.pinReads - before;
+    // Two callers ask an instance that holds nothing yet, together: they share one pass over the pins,
+    // which goes no further ahead of the one that stops taking the answer than its bound.
+    const fresh = await serve(undefined, { requestMs, keepAliveMs: 72_000 });
+    const beforeTwo = counted.pinReads;
+    const startedAt = performance.now();
+    const stalled = askThenStopReading(fresh.port, LIST, acme);
+    try {
+      const sent = await get(fresh.port, LIST, acme);
+      expect(sent.status).toBe(200);
+      expect(sent.body.equals(whole.body)).toBe(true);
+      expect(performance.now() - startedAt).toBeGreaterThanOrEqual(requestMs);
+      expect(counted.pinReads - beforeTwo).toBe(onePass);
+      // The other's answer was cut short: its connection is closed, with its headers and part of the body.
+      const cutShort = await stalled.readRest();
+      expect(cutShort).toBeGreaterThan(0);
+      expect(cutShort).toBeLessThan(whole.body.length);
+    } finally {
+      stalled.stop();
+    }
+  }, 60_000);
 
   it('sends a small Catalog by its ref whole, held or not, as the bytes of the whole Catalog serialized at once', async () => {
     const held = await serve();
