@@ -137,7 +137,8 @@ export class ReadAnswers {
     const pieces = piecesAround(text, pins.versionIds.length);
     const size = Buffer.byteLength(text) + pins.pinCount * PIN_BYTES;
     if (size > Math.max(this.answers.share, STREAMED_FROM_BYTES)) {
-      // Read a part per turn of the event loop that a pass gives, none ahead of it.
+      // Read a part per statement, as the pass takes them (a block of the identity body, or a run
+      // for the compressor).
       return new SharedStream(tag, text.length * 2, (blockBytes) =>
         blocksOf(pinnedText(pieces, pins, 'parts'), blockBytes),
       );

@@ -32,12 +32,20 @@ const JOIN_WINDOW_BYTES = 1024 * 1024;
 /** How far a pass runs ahead of its slowest reader before it waits. */
 const AHEAD_BYTES = 1024 * 1024;
 /**
- * Passes reading storage at once, across every streamed answer: each holds up to a window of blocks
- * and, compressed, the run being compressed and an encoder of a few megabytes; more requests wait for
- * a turn (and may share it). A pass waiting for a slow reader gives its turn up (`Pass.run`).
+ * Passes reading storage at once, across every streamed answer; a pass waiting for a slow reader gives
+ * its turn up (`Pass.run`), and takes another after those waiting for one.
  */
 const CONCURRENT_PASSES = 4;
 const passTurns = pLimit(CONCURRENT_PASSES);
+/**
+ * Passes begun and not ended, reading or waiting for a reader: each holds up to a mebibyte of blocks
+ * ahead of its slowest reader and, compressed, a run or two and an encoder, a few megabytes in all.
+ * More wait to begin (and may be joined meanwhile). So clients that stop reading hold up every
+ * streamed answer of an instance only when there are this many of them, and no longer than the
+ * request timeout (`letGoStalled`), whatever the memory their passes would hold.
+ */
+export const OPEN_PASSES = 8;
+const openPasses = pLimit(OPEN_PASSES);
 
 /**
  * A compressed stream is made once per pass, not once per answer kept: brotli's fastest setting but
@@ -140,7 +148,12 @@ async function* compressed(runs: AsyncGenerator<Buffer>, encoding: StreamEncodin
   input.pipe(compressor);
   input.on('error', (error) => compressor.destroy(error));
   try {
-    for await (const chunk of compressor) yield chunk as Buffer;
+    // In blocks of at most a block's size, as the identity body is sent: a reader takes one at a time,
+    // and one that takes a block in its time is waited for (see `Pass.letGoStalled`).
+    for await (const chunk of compressor) {
+      const bytes = chunk as Buffer;
+      for (let at = 0; at < bytes.length; at += BLOCK_BYTES) yield bytes.subarray(at, at + BLOCK_BYTES);
+    }
   } finally {
     // A pass stopped early: the compressor and, through the input, the reading of storage stop too.
     input.destroy();
@@ -200,7 +213,7 @@ class Pass {
     source: () => AsyncGenerator<Buffer>,
     private readonly closed: () => void,
   ) {
-    void this.run(source);
+    void openPasses(() => this.run(source));
   }
 
   /** Whether a new reader may join: the pass holds every block it made, and its moment lasts. */
@@ -245,8 +258,9 @@ class Pass {
   /**
    * Makes the body's blocks in turns: a turn lasts until the body ends or the slowest reader is
    * {@link AHEAD_BYTES} behind, and the pass waits for that reader with no turn held, so that a reader
-   * that stops taking its answer holds up its own pass only, not every streamed answer of the
-   * instance; it takes its next turn after the passes already waiting for one.
+   * that stops taking its answer holds up its own pass, not every streamed answer of the instance
+   * (unless there are {@link OPEN_PASSES} of them); it takes its next turn after the passes already
+   * waiting for one.
    */
   private async run(source: () => AsyncGenerator<Buffer>): Promise<void> {
     let blocks: AsyncGenerator<Buffer> | undefined;
@@ -267,13 +281,18 @@ class Pass {
             this.letGoStalled();
           });
         }
+        if (this.stopped) break;
       }
     } catch (error) {
       this.failure = error;
     } finally {
       this.ended = true;
       this.unjoinable();
-      await blocks?.return(undefined);
+      try {
+        await blocks?.return(undefined);
+      } catch (error) {
+        this.failure ??= error;
+      }
       for (const reader of this.readers) this.feed(reader);
     }
   }
@@ -381,8 +400,9 @@ export class SharedStream {
     private readonly body: (blockBytes: number) => AsyncGenerator<Buffer>,
   ) {}
 
-  /** The body in `encoding` (identity when undefined), read from a pass shared where it can be. */
   /**
+   * The body in `encoding` (identity when undefined), read from a pass shared where it can be.
+   *
    * @param stallMs how long a reader may take nothing while its pass waits for it before it is let go
    *   (see `Pass.letGoStalled`): never, unless given
    */

@@ -1,5 +1,6 @@
+import zlib from 'node:zlib';
 import { describe, expect, it } from 'vitest';
-import { blocksOf, SharedStream } from '../../src/http/shared-stream.js';
+import { blocksOf, OPEN_PASSES, SharedStream } from '../../src/http/shared-stream.js';
 
 async function* each(parts: readonly string[]): AsyncGenerator<string> {
   yield* parts;
@@ -19,10 +20,12 @@ async function received(body: NodeJS.ReadableStream): Promise<string> {
 }
 
 describe('passes over answers written as they are read (D30, D20)', () => {
-  it('lets a reader that takes nothing hold up its own pass only, however many there are', async () => {
+  it('lets readers that take nothing hold up their own passes only, short of the passes that may be open', async () => {
     // More passes than may read storage at once, each with a reader that takes nothing: each makes
-    // what it may make ahead of its reader, then waits for it.
-    const stalled = Array.from({ length: 6 }, (_, index) => answerOf('s'.repeat(8 << 20), `"s${index}"`));
+    // what it may make ahead of its reader, then waits for it with no turn held.
+    const stalled = Array.from({ length: OPEN_PASSES - 1 }, (_, index) =>
+      answerOf('s'.repeat(8 << 20), `"s${index}"`),
+    );
     const stalledReaders = stalled.map((answer) => answer.open(undefined));
     try {
       const text = `[${'"pin",'.repeat(600_000)}"last"]`;
@@ -30,6 +33,18 @@ describe('passes over answers written as they are read (D30, D20)', () => {
     } finally {
       for (const reader of stalledReaders) reader.destroy();
     }
+  }, 10_000);
+
+  it('begins a pass once the readers that take nothing of as many passes as may be open are let go', async () => {
+    const stalledReaders = Array.from({ length: OPEN_PASSES }, (_, index) =>
+      answerOf('s'.repeat(4 << 20), `"t${index}"`).open(undefined, 300),
+    );
+    for (const reader of stalledReaders) reader.on('error', () => {});
+    const startedAt = performance.now();
+    const text = 'w'.repeat(2 << 20);
+    expect(await received(answerOf(text, '"after"').open(undefined))).toBe(text);
+    expect(performance.now() - startedAt).toBeGreaterThanOrEqual(300);
+    for (const reader of stalledReaders) expect(reader.destroyed).toBe(true);
   }, 10_000);
 
   it('lets go a reader that takes nothing for its time, and sends the others of its pass the rest', async () => {
@@ -41,6 +56,40 @@ describe('passes over answers written as they are read (D30, D20)', () => {
     expect(await received(answer.open(undefined, 200))).toBe(text);
     expect(performance.now() - startedAt).toBeGreaterThanOrEqual(200);
     expect((await failed).message).toMatch(/took nothing of the answer for 200 ms/);
+  }, 10_000);
+
+  it('lets go a reader of a compressed pass that takes nothing, and the others are sent the rest', async () => {
+    const text = JSON.stringify(
+      Array.from({ length: 200_000 }, (_, i) => ({ i, h: ((i * 2654435761) >>> 0).toString(36) })),
+    );
+    for (const encoding of ['br', 'gzip'] as const) {
+      const answer = answerOf(text, `"${encoding}"`);
+      const stalledReader = answer.open(encoding, 200);
+      const failed = new Promise<Error>((resolve) => stalledReader.once('error', resolve));
+      const chunks: Buffer[] = [];
+      for await (const chunk of answer.open(encoding, 200)) chunks.push(chunk as Buffer);
+      const body = Buffer.concat(chunks);
+      expect((encoding === 'br' ? zlib.brotliDecompressSync(body) : zlib.gunzipSync(body)).toString()).toBe(
+        text,
+      );
+      expect((await failed).message).toMatch(/took nothing/);
+    }
+  }, 10_000);
+
+  it('gives back the turns of passes whose reading fails', async () => {
+    const failing = Array.from({ length: OPEN_PASSES + 4 }, (_, index) => {
+      const answer = new SharedStream(`"f${index}"`, 0, async function* () {
+        yield Buffer.from('[');
+        throw new Error('storage failed');
+      });
+      return received(answer.open(undefined)).then(
+        () => new Error('sent whole'),
+        (error: Error) => error,
+      );
+    });
+    for (const failed of await Promise.all(failing)) expect(failed.message).toBe('storage failed');
+    const text = 'v'.repeat(1 << 20);
+    expect(await received(answerOf(text, '"good"').open(undefined))).toBe(text);
   }, 10_000);
 
   it('waits for a reader that takes its blocks slowly but steadily', async () => {
