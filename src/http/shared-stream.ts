@@ -16,7 +16,10 @@ import { yieldIfBusy } from '../foundation/pace.js';
  * storage at once.
  */
 
-/** Bytes of the identity body per block: what is read and sent as one (see {@link RUN_BYTES} when compressed). */
+/**
+ * Bytes per block: what a pass hands its readers at once (a compressed pass cuts its text in runs of
+ * {@link RUN_BYTES} for its compressor).
+ */
 export const BLOCK_BYTES = 64 * 1024;
 /**
  * A pass may be joined for its first {@link GATHER_MS} (the requests of a moment, each sent the blocks
@@ -50,8 +53,8 @@ const openPasses = pLimit(OPEN_PASSES);
 /**
  * A compressed stream is made once per pass, not once per answer kept: brotli's fastest setting but
  * one, and a window of 1 MiB, so that an encoder holds little. On the catalogs list of 1,000,000
- * Resources (25 MB) it took 63 ms where quality 4 took 393 ms, and its output was 9 % smaller (the
- * pins repeat themselves within a few hundred bytes, which this quality's single pass finds).
+ * Resources (25 MB), written 1 MiB at a time, it took 72 ms where quality 4 took 431 ms, for 1 % more
+ * bytes (4.36 against 4.30 MB: the pins repeat themselves within a few hundred bytes).
  */
 const STREAM_BROTLI: zlib.BrotliOptions = {
   params: {
@@ -125,7 +128,7 @@ export async function compressLikeStream(encoding: StreamEncoding, body: Buffer)
  * Bytes written to a compressor at once: a compressed pass cuts its text in blocks of this size.
  * Each write is a turn of the event loop and back from libuv's pool, and under a mixed load a turn
  * takes tens of milliseconds: a list of 25 MB written 64 KiB at a time took 15 s to send as `br`,
- * 256 KiB at a time 2-3 s, 1 MiB at a time 0.6-1.1 s; asked for once a second, runs of 256 KiB left
+ * 256 KiB at a time 2-3 s, 1 MiB at a time 0.6-1.2 s; asked for once a second, runs of 256 KiB left
  * the requests for it waiting past 5 s (`npm run bench:scale`). Brotli's output depends on how its
  * input is cut, so the cut is fixed.
  */
@@ -133,8 +136,8 @@ export const RUN_BYTES = 1024 * 1024;
 
 /**
  * `runs` through the compressor of `encoding`, each written on its own, so that the same runs
- * (`blocksOf` at {@link RUN_BYTES}, `runsOfBody`) give the same bytes (the compressor's output depends on how its input is
- * cut); storage is read as the compressor takes them.
+ * (`blocksOf` at {@link RUN_BYTES}, `runsOfBody`) give the same bytes (the compressor's output
+ * depends on how its input is cut); storage is read as the compressor takes them.
  */
 async function* compressed(runs: AsyncGenerator<Buffer>, encoding: StreamEncoding): AsyncGenerator<Buffer> {
   // Room for what a few runs compress to (a run, about a sixth of itself on the catalogs list), so
