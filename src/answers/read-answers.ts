@@ -10,7 +10,7 @@ import type {
 import type { PinsReading } from '../catalog/stored-pins.js';
 import { pageOf } from '../foundation/paging.js';
 import { Answer, type LazyAnswer, type ReadAnswer, tagOf } from '../http/answer.js';
-import { blocksOf, compressLikeStream, SharedStream } from '../http/shared-stream.js';
+import { BLOCK_BYTES, blocksOf, compressLikeStream, SharedStream } from '../http/shared-stream.js';
 import type {
   Catalog,
   CatalogParams,
@@ -137,10 +137,12 @@ export class ReadAnswers {
     const pieces = piecesAround(text, pins.versionIds.length);
     const size = Buffer.byteLength(text) + pins.pinCount * PIN_BYTES;
     if (size > Math.max(this.answers.share, STREAMED_FROM_BYTES)) {
-      // Read a part per statement, as the pass takes them (a block of the identity body, or a run
-      // for the compressor).
+      // Read as the pass takes them: a part per statement for the identity body's blocks (64 KiB),
+      // a statement per sixteen parts for the compressor's runs (1 MiB, about sixteen parts): either
+      // way none waits across the event loop's turns, and on PostgreSQL, where each statement is a
+      // round trip and a turn, a compressed list of 400 parts costs 25 of them.
       return new SharedStream(tag, text.length * 2, (blockBytes) =>
-        blocksOf(pinnedText(pieces, pins, 'parts'), blockBytes),
+        blocksOf(pinnedText(pieces, pins, blockBytes > BLOCK_BYTES ? 'batches' : 'parts'), blockBytes),
       );
     }
     const blocks: Buffer[] = [];
