@@ -197,12 +197,17 @@ describe('an instance killed mid-delivery (D28)', () => {
     expect(made!.body).toBe(held!.body);
     // Not before the killed instance's lease lapsed (twice the 1 s timeout and a second).
     expect(made!.at - killedAt).toBeGreaterThan(1000);
-    const attempts = await fetch(`${base}${BASE}/${endpoint.id}/deliveries`, { headers: token });
-    const list = (await attempts.json()) as {
-      data: { attempt: number; outcome: string; statusCode: number }[];
-    };
+    // The attempt is recorded once the endpoint has answered, a moment after the receiver counted it.
+    type Attempts = { data: { attempt: number; outcome: string; statusCode: number }[] };
+    let list: Attempts = { data: [] };
+    await waitFor('the attempt recorded', async () => {
+      const attempts = await fetch(`${base}${BASE}/${endpoint.id}/deliveries`, { headers: token });
+      list = (await attempts.json()) as Attempts;
+      return list.data.length > 0;
+    });
     // The killed instance never learned the outcome of its attempt, and recorded none: the delivery
     // ends with one that succeeded.
+    expect(list.data).toHaveLength(1);
     expect(list.data[0]).toMatchObject({ outcome: 'succeeded', statusCode: 200 });
     await sleep(500);
     // Exactly one duplicate, the held request, and nothing more.
