@@ -81,7 +81,7 @@ export interface PinsInStorage {
    * A reader of the pins for one pass over the answer: the JSON text of a version's pins (`[{…},…]`,
    * exactly as the contract writes them), in parts; reading stops when the iteration does. A
    * version's pins never change, so a pass begun long after the Catalogs were read reads the same text.
-   * `reading` as `storedPinsText` takes it: a part per statement for an answer written as it is read.
+   * `reading` as `storedPinsText` takes it: what a block of the answer needs per statement.
    */
   readPins(reading: PinsReading): (versionId: string) => AsyncGenerator<string>;
 }

@@ -106,11 +106,9 @@ export async function* blocksOf(
   if (used > 0) yield block.subarray(0, used);
 }
 
-/** `body` in runs of {@link RUN_BYTES}, as `blocksOf` cuts the text of a pass it compresses. */
-async function* runsOfBody(body: Buffer): AsyncGenerator<Buffer> {
-  for (let offset = 0; offset < body.length; offset += RUN_BYTES) {
-    yield body.subarray(offset, offset + RUN_BYTES);
-  }
+/** `bytes` in consecutive pieces of `size` bytes (the last may be shorter), none copied. */
+function* piecesOf(bytes: Buffer, size: number): Generator<Buffer> {
+  for (let at = 0; at < bytes.length; at += size) yield bytes.subarray(at, at + size);
 }
 
 /**
@@ -120,7 +118,8 @@ async function* runsOfBody(body: Buffer): AsyncGenerator<Buffer> {
  */
 export async function compressLikeStream(encoding: StreamEncoding, body: Buffer): Promise<Buffer> {
   const parts: Buffer[] = [];
-  for await (const part of compressed(runsOfBody(body), encoding)) parts.push(part);
+  // In runs of the size `blocksOf` cuts the text of a pass it compresses.
+  for await (const part of compressed(piecesOf(body, RUN_BYTES), encoding)) parts.push(part);
   return Buffer.concat(parts);
 }
 
@@ -136,10 +135,13 @@ export const RUN_BYTES = 1024 * 1024;
 
 /**
  * `runs` through the compressor of `encoding`, each written on its own, so that the same runs
- * (`blocksOf` at {@link RUN_BYTES}, `runsOfBody`) give the same bytes (the compressor's output
- * depends on how its input is cut); storage is read as the compressor takes them.
+ * (`blocksOf` at {@link RUN_BYTES}, or a held body cut as it would be) give the same bytes (the
+ * compressor's output depends on how its input is cut); storage is read as the compressor takes them.
  */
-async function* compressed(runs: AsyncGenerator<Buffer>, encoding: StreamEncoding): AsyncGenerator<Buffer> {
+async function* compressed(
+  runs: Iterable<Buffer> | AsyncIterable<Buffer>,
+  encoding: StreamEncoding,
+): AsyncGenerator<Buffer> {
   // Room for what a few runs compress to (a run, about a sixth of itself on the catalogs list), so
   // that a run comes back in one turn, not in 16 KiB pieces; what room a run leaves, the next takes.
   const chunkSize = RUN_BYTES / 2;
@@ -153,10 +155,7 @@ async function* compressed(runs: AsyncGenerator<Buffer>, encoding: StreamEncodin
   try {
     // In blocks of at most a block's size, as the identity body is sent: a reader takes one at a time,
     // and one that takes a block in its time is waited for (see `Pass.letGoStalled`).
-    for await (const chunk of compressor) {
-      const bytes = chunk as Buffer;
-      for (let at = 0; at < bytes.length; at += BLOCK_BYTES) yield bytes.subarray(at, at + BLOCK_BYTES);
-    }
+    for await (const chunk of compressor) yield* piecesOf(chunk as Buffer, BLOCK_BYTES);
   } finally {
     // A pass stopped early: the compressor and, through the input, the reading of storage stop too.
     input.destroy();

@@ -13,8 +13,9 @@ import { givenCatalog, givenStoredPins } from '../helpers/fixtures.js';
 
 /**
  * D20, D30: a stored Catalog version's pins are stored in parts of their text, read back a few parts
- * per statement (one for an answer written as it is read), on both stacks, and come out exactly as stored: parts end between characters, never
- * inside one, whatever the characters (multi-byte, astral).
+ * per statement (or one, for a block of an answer written as it is read), on both stacks, and come
+ * out exactly as stored: parts end between characters, never inside one, whatever the characters
+ * (multi-byte, astral).
  */
 describe('stored pins, read in parts', () => {
   let backend: TestBackend;
