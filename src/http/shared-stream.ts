@@ -43,12 +43,26 @@ const passTurns = pLimit(CONCURRENT_PASSES);
 /**
  * Passes begun and not ended, reading or waiting for a reader: each holds up to a mebibyte of blocks
  * ahead of its slowest reader and, compressed, a run or two and an encoder, a few megabytes in all.
- * More wait to begin (and may be joined meanwhile). So clients that stop reading hold up every
- * streamed answer of an instance only when there are this many of them, and no longer than the
- * request timeout (`letGoStalled`), whatever the memory their passes would hold.
+ * More wait to begin (and may be joined meanwhile), and while they do, the open passes are crowded:
+ * each waits for a reader behind it at most {@link CROWDED_WAIT_MS} (`letGoStalled`). So clients
+ * that read slowly, or not at all, cannot hold every streamed answer of an instance, whatever the
+ * memory their passes would hold.
  */
 export const OPEN_PASSES = 8;
 const openPasses = pLimit(OPEN_PASSES);
+/**
+ * While passes wait to begin, how long an open pass waits for a reader to take its next block: one
+ * that takes less than a block (64 KiB) a second then is let go. Uncrowded, a reader is waited for
+ * until it takes nothing for its `stallMs` (the request timeout).
+ */
+export const CROWDED_WAIT_MS = 1_000;
+/** Open passes waiting for a slow reader, told when passes begin to wait for room. */
+const waitingPasses = new Set<Pass>();
+
+/** Whether passes wait to begin, all the room being taken. */
+function crowded(): boolean {
+  return openPasses.pendingCount > 0 && openPasses.activeCount >= OPEN_PASSES;
+}
 
 /**
  * A compressed stream is made once per pass, not once per answer kept: brotli's fastest setting but
@@ -207,6 +221,8 @@ class Pass {
   private stopped = false;
   private resume: (() => void) | undefined;
   private stallTimer: NodeJS.Timeout | undefined;
+  /** Since when, in the present wait for a reader, passes have waited to begin. */
+  private crowdedSince: number | undefined;
   /** Until when new readers may join, while the first blocks are all held. */
   private gatheringUntil = Number.POSITIVE_INFINITY;
   private closedToJoiners = false;
@@ -215,7 +231,10 @@ class Pass {
     source: () => AsyncGenerator<Buffer>,
     private readonly closed: () => void,
   ) {
+    const room = openPasses.activeCount < OPEN_PASSES;
     void openPasses(() => this.run(source));
+    // This one waits to begin: the passes waiting for their readers wait less from now on.
+    if (!room) for (const pass of waitingPasses) pass.letGoStalled();
   }
 
   /** Whether a new reader may join: the pass holds every block it made, and its moment lasts. */
@@ -278,10 +297,13 @@ class Pass {
         });
         if (!more) break;
         while (!this.stopped && this.aheadBytes() > AHEAD_BYTES) {
+          waitingPasses.add(this);
           await new Promise<void>((resolve) => {
             this.resume = resolve;
             this.letGoStalled();
           });
+          waitingPasses.delete(this);
+          this.crowdedSince = undefined;
         }
         if (this.stopped) break;
       }
@@ -324,18 +346,26 @@ class Pass {
    * While the pass waits: each reader behind it that has taken nothing for its `stallMs` is let go
    * (its request fails, and its connection is closed), so that the others are sent the rest; the
    * others are looked at again when their time comes. A reader that takes its blocks slowly but
-   * steadily is waited for.
+   * steadily is waited for, unless passes wait to begin meanwhile: then a reader that keeps this pass
+   * waiting {@link CROWDED_WAIT_MS} is let go too.
    */
   private letGoStalled(): void {
+    if (this.resume === undefined) return;
     const now = performance.now();
+    if (!crowded()) this.crowdedSince = undefined;
+    else this.crowdedSince ??= now;
+    const crowdedDue = (this.crowdedSince ?? Number.POSITIVE_INFINITY) + CROWDED_WAIT_MS;
     let soonest = Number.POSITIVE_INFINITY;
     for (const reader of this.readers) {
       if (reader.next >= this.made) continue;
-      const due = reader.takenAt + reader.stallMs;
-      if (due <= now)
+      const stalledDue = reader.takenAt + reader.stallMs;
+      const due = this.behindBytes(reader) > AHEAD_BYTES ? Math.min(stalledDue, crowdedDue) : stalledDue;
+      if (due > now) soonest = Math.min(soonest, due);
+      else if (due === stalledDue)
         reader.destroy(new Error(`the client took nothing of the answer for ${reader.stallMs} ms`));
-      else soonest = Math.min(soonest, due);
+      else reader.destroy(new Error(`the client took no block of the answer for ${CROWDED_WAIT_MS} ms`));
     }
+    clearTimeout(this.stallTimer);
     // Letting one go may have resumed the pass.
     if (this.resume !== undefined && soonest < Number.POSITIVE_INFINITY) {
       this.stallTimer = setTimeout(() => this.letGoStalled(), soonest - now);
@@ -351,9 +381,17 @@ class Pass {
 
   /** Bytes made that the slowest reader has not taken. */
   private aheadBytes(): number {
-    const slowest = this.slowest();
+    return this.bytesFrom(this.slowest());
+  }
+
+  /** Bytes made that `reader` has not taken. */
+  private behindBytes(reader: PassReader): number {
+    return this.bytesFrom(reader.next);
+  }
+
+  private bytesFrom(block: number): number {
     let bytes = 0;
-    for (let index = Math.max(slowest, this.first); index < this.made; index++) {
+    for (let index = Math.max(block, this.first); index < this.made; index++) {
       bytes += this.blocks[index - this.first]!.length;
     }
     return bytes;

@@ -1,6 +1,6 @@
 import zlib from 'node:zlib';
 import { describe, expect, it } from 'vitest';
-import { blocksOf, OPEN_PASSES, SharedStream } from '../../src/http/shared-stream.js';
+import { blocksOf, CROWDED_WAIT_MS, OPEN_PASSES, SharedStream } from '../../src/http/shared-stream.js';
 
 async function* each(parts: readonly string[]): AsyncGenerator<string> {
   yield* parts;
@@ -45,6 +45,53 @@ describe('passes over answers written as they are read (D30, D20)', () => {
     expect(await received(answerOf(text, '"after"').open(undefined))).toBe(text);
     expect(performance.now() - startedAt).toBeGreaterThanOrEqual(300);
     for (const reader of stalledReaders) expect(reader.destroyed).toBe(true);
+  }, 10_000);
+
+  it('lets go, while a pass waits to begin, a reader that keeps its own waiting a second for a block, and not one that reads steadily', async () => {
+    // Every pass that may be open has a reader that takes nothing, and no request timeout, but one whose
+    // reader takes a block every 20 ms: the pass asked for next waits to begin.
+    const stalledReaders = Array.from({ length: OPEN_PASSES - 1 }, (_, index) =>
+      answerOf('s'.repeat(4 << 20), `"c${index}"`).open(undefined),
+    );
+    const failures: string[] = [];
+    for (const reader of stalledReaders) reader.on('error', (error) => failures.push(error.message));
+    const steadyText = 'q'.repeat(8 << 20);
+    const steady = (async () => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of answerOf(steadyText, '"steady-crowded"').open(undefined)) {
+        chunks.push(chunk as Buffer);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      return Buffer.concat(chunks).toString();
+    })();
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const startedAt = performance.now();
+      const text = 'w'.repeat(2 << 20);
+      expect(await received(answerOf(text, '"crowded"').open(undefined))).toBe(text);
+      const waited = performance.now() - startedAt;
+      expect(waited).toBeGreaterThanOrEqual(CROWDED_WAIT_MS - 50);
+      expect(waited).toBeLessThan(CROWDED_WAIT_MS + 2_000);
+      // One let go makes room for it; the others, no pass waiting to begin any more, are waited for.
+      expect(failures).toEqual([`the client took no block of the answer for ${CROWDED_WAIT_MS} ms`]);
+      expect(stalledReaders.filter((reader) => reader.destroyed)).toHaveLength(1);
+      expect(await steady).toBe(steadyText);
+    } finally {
+      for (const reader of stalledReaders) reader.destroy();
+    }
+  }, 20_000);
+
+  it('waits, with no pass waiting to begin, for a reader that takes nothing, as long as its time', async () => {
+    const text = 'u'.repeat(4 << 20);
+    const answer = answerOf(text, '"uncrowded"');
+    const stalledReader = answer.open(undefined);
+    const reader = answer.open(undefined);
+    const whole = received(reader);
+    await new Promise((resolve) => setTimeout(resolve, CROWDED_WAIT_MS + 500));
+    expect(stalledReader.destroyed).toBe(false);
+    expect(reader.readableEnded).toBe(false);
+    stalledReader.destroy();
+    expect(await whole).toBe(text);
   }, 10_000);
 
   it('lets go a reader that takes nothing for its time, and sends the others of its pass the rest', async () => {
