@@ -226,8 +226,8 @@ export function sendAnswer(
  * A pass goes no further ahead of its slowest reader than a bound, so a client that stops taking the
  * answer holds up the requests that share its pass: one that takes nothing for as long as a request
  * may take to arrive (D20, Node's `requestTimeout`; never when it is 0) is let go, its connection
- * closed, and the pass goes on for the others. While other passes wait to begin, one that keeps its
- * pass waiting a second for a block is let go too (`CROWDED_WAIT_MS`).
+ * closed, and the pass goes on for the others. While another pass waits to begin, one that keeps its
+ * pass waiting a second is let go too (`CROWDED_WAIT_MS`).
  */
 function sendStreamed(request: FastifyRequest, reply: FastifyReply, streamed: SharedStream): void {
   const encoding = encodingOf(request);

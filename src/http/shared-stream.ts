@@ -43,25 +43,32 @@ const passTurns = pLimit(CONCURRENT_PASSES);
 /**
  * Passes begun and not ended, reading or waiting for a reader: each holds up to a mebibyte of blocks
  * ahead of its slowest reader and, compressed, a run or two and an encoder, a few megabytes in all.
- * More wait to begin (and may be joined meanwhile), and while they do, the open passes are crowded:
- * each waits for a reader behind it at most {@link CROWDED_WAIT_MS} (`letGoStalled`). So clients
- * that read slowly, or not at all, cannot hold every streamed answer of an instance, whatever the
- * memory their passes would hold.
+ * More wait to begin (and may be joined meanwhile), and while one does, the open passes are crowded:
+ * each waits for a reader that holds it back at most {@link CROWDED_WAIT_MS} at a time
+ * (`letGoStalled`). That is a least rate, not a bound on how long a pass is open: clients that take
+ * nothing are let go at once when another answer needs the room, but as many clients that each read
+ * faster than that hold every pass for as long as their answers take.
  */
 export const OPEN_PASSES = 8;
 const openPasses = pLimit(OPEN_PASSES);
 /**
- * While passes wait to begin, how long an open pass waits for a reader to take its next block: one
- * that takes less than a block (64 KiB) a second then is let go. Uncrowded, a reader is waited for
- * until it takes nothing for its `stallMs` (the request timeout).
+ * While a pass waits to begin, how long an open pass waits for a reader that holds it back (the
+ * reader is more than {@link AHEAD_BYTES} behind) before that reader is let go: one that takes less
+ * than about a block (64 KiB) a second then. Uncrowded, a reader is waited for until it takes nothing
+ * for its `stallMs` (the request timeout).
  */
 export const CROWDED_WAIT_MS = 1_000;
-/** Open passes waiting for a slow reader, told when passes begin to wait for room. */
+/** Open passes waiting for a slow reader, told when a pass begins to wait for room. */
 const waitingPasses = new Set<Pass>();
+/** Passes waiting to begin (those whose readers all left no longer count: see `crowdedSince`). */
+const queuedPasses = new Set<Pass>();
+/** Since when a pass with readers has waited to begin, without a moment when none did. */
+let crowdedSince: number | undefined;
 
-/** Whether passes wait to begin, all the room being taken. */
-function crowded(): boolean {
-  return openPasses.pendingCount > 0 && openPasses.activeCount >= OPEN_PASSES;
+/** Notes that no pass with readers may wait to begin any more. */
+function checkCrowding(): void {
+  for (const pass of queuedPasses) if (pass.wanted) return;
+  crowdedSince = undefined;
 }
 
 /**
@@ -221,8 +228,8 @@ class Pass {
   private stopped = false;
   private resume: (() => void) | undefined;
   private stallTimer: NodeJS.Timeout | undefined;
-  /** Since when, in the present wait for a reader, passes have waited to begin. */
-  private crowdedSince: number | undefined;
+  /** Since when the pass has waited, in its present wait for a reader. */
+  private waitingSince = 0;
   /** Until when new readers may join, while the first blocks are all held. */
   private gatheringUntil = Number.POSITIVE_INFINITY;
   private closedToJoiners = false;
@@ -233,8 +240,17 @@ class Pass {
   ) {
     const room = openPasses.activeCount < OPEN_PASSES;
     void openPasses(() => this.run(source));
-    // This one waits to begin: the passes waiting for their readers wait less from now on.
-    if (!room) for (const pass of waitingPasses) pass.letGoStalled();
+    if (!room) {
+      // This one waits to begin: the passes waiting for their readers wait less from now on.
+      queuedPasses.add(this);
+      crowdedSince ??= performance.now();
+      for (const pass of waitingPasses) pass.letGoStalled();
+    }
+  }
+
+  /** Whether someone still reads what the pass makes, or will. */
+  get wanted(): boolean {
+    return !this.stopped;
   }
 
   /** Whether a new reader may join: the pass holds every block it made, and its moment lasts. */
@@ -269,9 +285,10 @@ class Pass {
   leave(reader: PassReader): void {
     this.readers.delete(reader);
     if (this.readers.size === 0 && !this.ended) {
-      // Nobody reads what it would make: storage is read no further.
+      // Nobody reads what it would make: storage is read no further, and it needs no room.
       this.stopped = true;
       this.unjoinable();
+      if (queuedPasses.has(this)) checkCrowding();
     }
     this.release();
   }
@@ -284,9 +301,12 @@ class Pass {
    * waiting for one.
    */
   private async run(source: () => AsyncGenerator<Buffer>): Promise<void> {
+    if (queuedPasses.delete(this)) checkCrowding();
     let blocks: AsyncGenerator<Buffer> | undefined;
     try {
       for (;;) {
+        // One stopped while it waited for room or for its turn ends without another.
+        if (this.stopped) break;
         const more = await passTurns(async () => {
           if (this.stopped) return false;
           if (blocks === undefined) {
@@ -298,12 +318,12 @@ class Pass {
         if (!more) break;
         while (!this.stopped && this.aheadBytes() > AHEAD_BYTES) {
           waitingPasses.add(this);
+          this.waitingSince = performance.now();
           await new Promise<void>((resolve) => {
             this.resume = resolve;
             this.letGoStalled();
           });
           waitingPasses.delete(this);
-          this.crowdedSince = undefined;
         }
         if (this.stopped) break;
       }
@@ -346,15 +366,16 @@ class Pass {
    * While the pass waits: each reader behind it that has taken nothing for its `stallMs` is let go
    * (its request fails, and its connection is closed), so that the others are sent the rest; the
    * others are looked at again when their time comes. A reader that takes its blocks slowly but
-   * steadily is waited for, unless passes wait to begin meanwhile: then a reader that keeps this pass
-   * waiting {@link CROWDED_WAIT_MS} is let go too.
+   * steadily is waited for, unless a pass waits to begin meanwhile: then a reader that keeps this
+   * pass waiting {@link CROWDED_WAIT_MS}, counted from when both began, is let go too.
    */
   private letGoStalled(): void {
     if (this.resume === undefined) return;
     const now = performance.now();
-    if (!crowded()) this.crowdedSince = undefined;
-    else this.crowdedSince ??= now;
-    const crowdedDue = (this.crowdedSince ?? Number.POSITIVE_INFINITY) + CROWDED_WAIT_MS;
+    const crowdedDue =
+      crowdedSince === undefined
+        ? Number.POSITIVE_INFINITY
+        : Math.max(crowdedSince, this.waitingSince) + CROWDED_WAIT_MS;
     let soonest = Number.POSITIVE_INFINITY;
     for (const reader of this.readers) {
       if (reader.next >= this.made) continue;
@@ -363,7 +384,11 @@ class Pass {
       if (due > now) soonest = Math.min(soonest, due);
       else if (due === stalledDue)
         reader.destroy(new Error(`the client took nothing of the answer for ${reader.stallMs} ms`));
-      else reader.destroy(new Error(`the client took no block of the answer for ${CROWDED_WAIT_MS} ms`));
+      else {
+        reader.destroy(
+          new Error(`the client kept its answer waiting ${CROWDED_WAIT_MS} ms while another waited to begin`),
+        );
+      }
     }
     clearTimeout(this.stallTimer);
     // Letting one go may have resumed the pass.
