@@ -135,23 +135,27 @@ export async function* storedPinsText(
 }
 
 /**
- * The whole stored text of each version's pins, by version id: the first parts in one statement, the
- * rest of a large version after. For what holds the text whole (a page of the sync feed, whose pins
- * are bounded by its budget; a test).
+ * The whole stored text of each version's pins, by version id, in the parts it is stored in: the
+ * first parts in one statement, the rest of a large version after. For what holds the text whole (a
+ * page of the sync feed, whose pins are bounded by its budget, writes the parts straight into its
+ * answer's bytes; a test).
  */
-export async function readPinsTexts(db: Db, versionIds: readonly string[]): Promise<Map<string, string>> {
-  const texts = new Map<string, string>();
+export async function readPinsTexts(
+  db: Db,
+  versionIds: readonly string[],
+): Promise<Map<string, readonly string[]>> {
+  const texts = new Map<string, readonly string[]>();
   for (const [versionId, head] of await readPinsHeads(db, versionIds)) {
     const parts: string[] = [];
     for await (const part of storedPinsText(db, versionId, head)) parts.push(part);
-    texts.set(versionId, parts.join(''));
+    texts.set(versionId, parts);
   }
   return texts;
 }
 
 /** The whole stored text of a version's pins. */
 export async function readPinsText(db: Db, versionId: string): Promise<string> {
-  return (await readPinsTexts(db, [versionId])).get(versionId) ?? missing(versionId);
+  return ((await readPinsTexts(db, [versionId])).get(versionId) ?? missing(versionId)).join('');
 }
 
 /**

@@ -106,10 +106,22 @@ export class Answer {
   }
 
   static json(text: string, tag?: string): Answer {
+    return Answer.jsonOf([text], tag);
+  }
+
+  /**
+   * The answer of the JSON text `pieces` make one after the other, written into its bytes piece by
+   * piece: a text of tens of megabytes (a sync page with a large Catalog's pins) is never joined into
+   * one string beside them.
+   */
+  static jsonOf(pieces: readonly string[], tag?: string): Answer {
+    let size = 0;
+    for (const piece of pieces) size += Buffer.byteLength(piece);
     // Written into memory of its own size at once: `Buffer.from` would make a small body a slice of
     // the shared slab, for `owned` to copy.
-    const body = Buffer.allocUnsafeSlow(Buffer.byteLength(text));
-    body.write(text);
+    const body = Buffer.allocUnsafeSlow(size);
+    let at = 0;
+    for (const piece of pieces) at += body.write(piece, at);
     return new Answer(body, tag);
   }
 

@@ -27,27 +27,38 @@ interface ItemSerializers {
 }
 
 /**
- * A page as JSON text: each item by the serializer of its own kind. The page's schema is a union of
- * the three, which a serializer resolves by validating each item against each kind (a Catalog with
- * 100,000 pins, several times over); the item's `type` already says which it is. A Catalog's pins are
- * written as the JSON text they are stored as, in place of the empty list its object holds.
+ * A page as JSON text, in pieces: each item by the serializer of its own kind. The page's schema is
+ * a union of the three, which a serializer resolves by validating each item against each kind (a
+ * Catalog with 100,000 pins, several times over); the item's `type` already says which it is. A
+ * Catalog's pins are written as the parts of JSON text they are stored as, in place of the empty list
+ * its object holds, and the pieces go into the answer's bytes one by one (D30).
  */
-function pageText(answer: SyncAnswer, serializers: ItemSerializers): string {
-  const items = answer.data.map((item: FeedItem) => {
-    if (item.type === 'resource') return serializers.resource(item);
-    if (item.type === 'removed') return serializers.removed(item);
-    const text = serializers.catalog({ type: item.type, catalog: item.catalog });
-    if (item.pinsJson === undefined) return text;
-    // Quotes inside strings are escaped: this is the property, and the only one of that name.
-    const at = text.indexOf(EMPTY_PINS);
-    if (at === -1) throw new Error('a Catalog serialized without its resourcePins');
-    return `${text.slice(0, at)}"resourcePins":${item.pinsJson}${text.slice(at + EMPTY_PINS.length)}`;
+function pageText(answer: SyncAnswer, serializers: ItemSerializers): string[] {
+  const pieces = ['{"data":['];
+  answer.data.forEach((item: FeedItem, index) => {
+    if (index > 0) pieces.push(',');
+    if (item.type === 'resource') pieces.push(serializers.resource(item));
+    else if (item.type === 'removed') pieces.push(serializers.removed(item));
+    else {
+      const text = serializers.catalog({ type: item.type, catalog: item.catalog });
+      if (item.pinsParts === undefined) {
+        pieces.push(text);
+        return;
+      }
+      // Quotes inside strings are escaped: this is the property, and the only one of that name.
+      const at = text.indexOf(EMPTY_PINS);
+      if (at === -1) throw new Error('a Catalog serialized without its resourcePins');
+      pieces.push(text.slice(0, at), '"resourcePins":');
+      for (const part of item.pinsParts) pieces.push(part);
+      pieces.push(text.slice(at + EMPTY_PINS.length));
+    }
   });
   const position =
     answer.nextPageToken !== undefined
       ? `"nextPageToken":${JSON.stringify(answer.nextPageToken)}`
       : `"nextSyncToken":${JSON.stringify(answer.nextSyncToken)}`;
-  return `{"data":[${items.join(',')}],${position}}`;
+  pieces.push(`],${position}}`);
+  return pieces;
 }
 
 function serializersOf(reply: FastifyReply): ItemSerializers {
@@ -77,7 +88,7 @@ export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
     const token = answer.nextSyncToken;
     const kept = answer.data.length > 0 || token === undefined ? made.get(answer) : empties.get(token);
     if (kept) return kept;
-    const fresh = Answer.json(pageText(answer, serializersOf(reply)));
+    const fresh = Answer.jsonOf(pageText(answer, serializersOf(reply)));
     if (answer.data.length > 0 || token === undefined) made.set(answer, fresh);
     else empties.set(token, fresh);
     return fresh;

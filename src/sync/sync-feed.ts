@@ -31,12 +31,13 @@ import {
 import type { InitialCursor, Position, SyncTokens, View } from './sync-tokens.js';
 
 /**
- * An item of a page. A Catalog's pins are kept as the JSON text they are stored as (`pinsJson`, its
- * `resourcePins` left empty): a Catalog of 100,000 Resources pins 20 MB of them, which would otherwise
- * be parsed into objects only to be written out again as the same text.
+ * An item of a page. A Catalog's pins are kept as the JSON text they are stored as, in its stored
+ * parts (`pinsParts`, its `resourcePins` left empty): a Catalog of 100,000 Resources pins 20 MB of
+ * them, which would otherwise be parsed into objects only to be written out again as the same text,
+ * and which joined would be held twice (D30).
  */
 export type FeedItem =
-  | (SyncCatalogItem & { readonly pinsJson?: string })
+  | (SyncCatalogItem & { readonly pinsParts?: readonly string[] })
   | Exclude<SyncItem, SyncCatalogItem>;
 
 /** One page of the feed, and exactly one of the two positions to go on from. */
@@ -478,7 +479,7 @@ export class SyncFeed {
 }
 
 /** The stored text of the pins of the current versions of `rows`, by version id. */
-function catalogsPins(db: Db, rows: Iterable<CatalogListRow>): Promise<Map<string, string>> {
+function catalogsPins(db: Db, rows: Iterable<CatalogListRow>): Promise<Map<string, readonly string[]>> {
   return readPinsTexts(
     db,
     [...rows].flatMap((row) => row.currentVersion?.id ?? []),
@@ -486,12 +487,12 @@ function catalogsPins(db: Db, rows: Iterable<CatalogListRow>): Promise<Map<strin
 }
 
 /** A Catalog as an item, its pins left as the text they are stored as (`pinsTexts`, by version id). */
-function catalogItem(row: CatalogListRow, pinsTexts: ReadonlyMap<string, string>): FeedItem {
+function catalogItem(row: CatalogListRow, pinsTexts: ReadonlyMap<string, readonly string[]>): FeedItem {
   const version = row.currentVersion;
   if (!version) return { type: 'catalog', catalog: toCatalog(row.catalog, undefined) };
-  const pinsJson = pinsTexts.get(version.id);
-  if (pinsJson === undefined) throw new Error(`no stored pins for catalog version ${version.id}`);
-  return { type: 'catalog', catalog: toCatalog(row.catalog, version), pinsJson };
+  const pinsParts = pinsTexts.get(version.id);
+  if (pinsParts === undefined) throw new Error(`no stored pins for catalog version ${version.id}`);
+  return { type: 'catalog', catalog: toCatalog(row.catalog, version), pinsParts };
 }
 
 function describeSeconds(seconds: number): string {

@@ -1,0 +1,57 @@
+import type { FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestBackend, type TestBackend } from '../helpers/backend.js';
+import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
+import { givenAccount } from '../helpers/fixtures.js';
+import { givenPublished, pinsOf } from '../helpers/streamed-reads.js';
+import { listed, Mirror, syncRequest, syncToEnd } from '../helpers/sync-feed.js';
+
+/**
+ * D27, D30 on both stacks: a Catalog whose pins are stored in many parts is sent by an initial sync
+ * exactly as the Catalogs list shows it, its parts written one after the other into the page's bytes,
+ * whatever their characters (a part may end anywhere between two characters).
+ */
+describe('an initial sync of a Catalog of many pins (D27, D30)', () => {
+  let backend: TestBackend;
+  let identity: TestIdentity;
+  let app: FastifyInstance;
+  let acme: Record<string, string>;
+  // Versions of two, three and four bytes a character, so that parts end beside multi-byte ones.
+  const pins = pinsOf('org', 'big', 4_000, (i) => `1.${i}-é€😀`);
+
+  beforeAll(async () => {
+    backend = await createTestBackend();
+    identity = createTestIdentity(backend);
+    app = await buildIdentityApp(backend, identity);
+    const db = backend.databases.primary;
+    await givenAccount(db, 'acme');
+    acme = (await identity.mintKey({ accountId: 'acme' })).headers;
+    await givenPublished(db, 'acme', 'big', pins, 'Big');
+  });
+  afterAll(async () => {
+    await app.close();
+    await identity.close();
+    await backend.cleanup();
+  });
+
+  it('sends its pins as they are stored, the Catalog as the list shows it, on a page of valid JSON', async () => {
+    const parts = await backend.databases.primary
+      .selectFrom('catalog_version_pins')
+      .select((eb) => eb.fn.countAll<number>().as('count'))
+      .executeTakeFirstOrThrow();
+    expect(Number(parts.count)).toBeGreaterThan(4);
+
+    const first = await syncRequest(app, acme, {});
+    expect(first.statusCode).toBe(200);
+    // The page's bytes are its text's UTF-8, sized exactly (no byte lost or added at a part's end).
+    expect(Number(first.headers['content-length'])).toBe(first.rawPayload.length);
+    expect(Buffer.from(first.body).equals(first.rawPayload)).toBe(true);
+
+    const synced = await syncToEnd(app, acme);
+    const catalog = synced.items.find((item) => item.type === 'catalog' && item.catalog?.slug === 'big');
+    expect(catalog?.catalog).toMatchObject({ currentVersion: { resourcePins: pins } });
+    const mirror = new Mirror();
+    mirror.apply(synced.items);
+    expect(mirror.catalogs).toEqual((await listed(app, acme)).catalogs);
+  });
+});
