@@ -122,6 +122,7 @@ export class Answer {
     const body = Buffer.allocUnsafeSlow(size);
     let at = 0;
     for (const piece of pieces) at += body.write(piece, at);
+    if (at !== size) throw new Error(`an answer's pieces wrote ${at} of their ${size} bytes`);
     return new Answer(body, tag);
   }
 
