@@ -37,6 +37,8 @@ const MAX_TOKEN_LENGTH = 16 * 1024;
 export interface VerifiedToken {
   readonly subject: string;
   readonly accounts: readonly string[];
+  /** The token's `exp`, in seconds since the epoch. */
+  readonly expiresAt: number;
 }
 
 /** Where access tokens' signing keys come from: `PLAYBOOK_JWKS_URL`, or the embedded `playbook token` signer. */
@@ -103,8 +105,9 @@ export class AccessTokenVerifier {
       throw this.refusal(error);
     }
     // jose has checked that `exp` is a number in the future.
-    const now = Math.floor((this.options.now?.() ?? Date.now()) / 1000);
-    if ((payload.exp as number) - now > this.options.maxTtlS) {
+    const expiresAt = payload.exp as number;
+    const now = this.nowS();
+    if (expiresAt - now > this.options.maxTtlS) {
       throw new AuthenticationError(
         `the access token expires more than ${this.options.maxTtlS} seconds from now; this service accepts none that live longer`,
         'claims',
@@ -114,7 +117,22 @@ export class AccessTokenVerifier {
     if (typeof subject !== 'string' || subject.length === 0 || subject.length > 256) {
       throw new AuthenticationError('the access token has no usable subject', 'claims');
     }
-    return { subject, accounts: this.accountsOf(payload) };
+    return { subject, accounts: this.accountsOf(payload), expiresAt };
+  }
+
+  /**
+   * Throws the refusal a token whose `exp` is `expiresAt` gets now, if it has expired since it was
+   * verified (D27: a request held past it), as `verify` judges it: with the clock tolerance.
+   */
+  checkNotExpired(expiresAt: number): void {
+    if (expiresAt <= this.nowS() - this.options.clockToleranceS) {
+      throw new AuthenticationError('the access token has expired', 'expired');
+    }
+  }
+
+  /** Now, in whole seconds since the epoch, as jose reads `exp` against it. */
+  private nowS(): number {
+    return Math.floor((this.options.now?.() ?? Date.now()) / 1000);
   }
 
   private accountsOf(payload: JWTPayload): string[] {

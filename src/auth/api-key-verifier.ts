@@ -140,14 +140,42 @@ export class ApiKeyVerifier {
       if (!fresh.loaded) await this.options.lookup.find(parsed.keyId);
       throw new AuthenticationError('the API key is not valid', 'invalid');
     }
-    if (fresh.epoch === this.revocationEpoch && fresh.loaded) this.cache.set(entry.keyId, entry);
-    // A read begun before a revocation was announced says what was true then: the mark it left wins.
-    else if (fresh.loaded && this.cache.get(entry.keyId)?.revoked) {
-      throw new AuthenticationError('the API key has been revoked', 'revoked');
-    }
+    this.adopt(entry, fresh);
     const refusal = this.refusalOf(entry, now);
     if (refusal) throw refusal;
     return this.grant(entry, now);
+  }
+
+  /**
+   * Throws the refusal a new request with this key would get now, if it is refused (D27: before a
+   * request held for a while answers). Memory answers whenever it may be served, however long ago the
+   * key was read: a revocation reaches the held entry through the bus or the change log and marks it,
+   * a roll or a plan change drops it, and the expiry is checked against the clock. Storage is read
+   * only for a key no longer held, or while memory may not be served, and then once for every request
+   * that asks meanwhile: a thousand requests of one key woken by one change make one read at most.
+   */
+  async recheck(keyId: string): Promise<void> {
+    const now = this.now();
+    const held = this.cache.get(keyId);
+    let entry = held !== undefined && this.trust.trusted ? held : undefined;
+    if (!entry) {
+      const read = await this.entryFor(keyId, now);
+      if (!read.entry) throw new AuthenticationError('the API key is not valid', 'invalid');
+      this.adopt(read.entry, read.fresh);
+      entry = read.entry;
+    }
+    const refusal = this.refusalOf(entry, now);
+    if (refusal) throw refusal;
+  }
+
+  /** Keeps an entry read from storage, unless a revocation was announced while it was read. */
+  private adopt(entry: CachedKey, fresh: { loaded: boolean; epoch: number }): void {
+    if (!fresh.loaded) return;
+    if (fresh.epoch === this.revocationEpoch) this.cache.set(entry.keyId, entry);
+    // A read begun before a revocation was announced says what was true then: the mark it left wins.
+    else if (this.cache.get(entry.keyId)?.revoked) {
+      throw new AuthenticationError('the API key has been revoked', 'revoked');
+    }
   }
 
   /** Why a key whose secret matched is refused all the same, if it is. */

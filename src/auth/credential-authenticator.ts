@@ -7,7 +7,7 @@ import type { Scope } from '../schemas/identity.js';
 import type { AccessTokenVerifier, TokenKeys } from './access-tokens.js';
 import type { ApiKeyVerifier, VerifiedApiKey } from './api-key-verifier.js';
 import type { Authenticator, CredentialPolicy } from './authenticator.js';
-import type { Principal } from './principal.js';
+import type { CredentialCheck, Principal } from './principal.js';
 
 /** What an access token may do on the reads (D7): read, nothing else. */
 // D23: a user acts with both scopes; keys carry what they were given.
@@ -48,7 +48,7 @@ function principalOf(key: VerifiedApiKey): Principal {
  * A request that sends both headers is refused with 400, whatever the route: choosing one silently
  * would let a caller believe the other was checked, and a misconfigured client should learn it at once.
  */
-export class CredentialAuthenticator implements Authenticator {
+export class CredentialAuthenticator implements Authenticator, CredentialCheck {
   constructor(
     private readonly keys: ApiKeyVerifier,
     private readonly tokens: AccessTokenVerifier,
@@ -103,6 +103,17 @@ export class CredentialAuthenticator implements Authenticator {
     return key && principalOf(key);
   }
 
+  /**
+   * Whether the credential a principal was made from is still accepted (D27: before a held request
+   * answers): a key revoked, rolled past its overlap or expired since, or a token expired since, is
+   * refused as a new request with it would be. Neither is read from storage while memory can tell.
+   */
+  async recheck(principal: Principal): Promise<void> {
+    const { credential } = principal;
+    if (credential.kind === 'api-key') await this.keys.recheck(credential.keyId);
+    else this.tokens.checkNotExpired(credential.expiresAt);
+  }
+
   private async fromApiKey(request: FastifyRequest, presented: string): Promise<Principal> {
     const key = await this.keys.verify(presented);
     const selected = header(request, 'x-account-id');
@@ -125,7 +136,7 @@ export class CredentialAuthenticator implements Authenticator {
         'malformed',
       );
     }
-    const { subject, accounts } = await this.tokens.verify(token);
+    const { subject, accounts, expiresAt } = await this.tokens.verify(token);
     const selected = header(request, 'x-account-id');
     if (selected !== undefined && !accounts.includes(selected)) {
       throw new ForbiddenError('the access token does not let this user act for the account in x-account-id');
@@ -136,7 +147,7 @@ export class CredentialAuthenticator implements Authenticator {
       accountId,
       plan: accountId === null ? DEFAULT_PLAN : await this.plans.planOf(accountId),
       scopes: TOKEN_SCOPES,
-      credential: { kind: 'access-token', subject, accounts },
+      credential: { kind: 'access-token', subject, accounts, expiresAt },
     };
   }
 }

@@ -8,6 +8,8 @@ export type Credential =
       readonly subject: string;
       /** Every account the token lets the user act for (D9), whichever one this request selected. */
       readonly accounts: readonly string[];
+      /** The token's `exp`, in seconds since the epoch: a request held past it is refused (D27). */
+      readonly expiresAt: number;
     };
 
 /**
@@ -19,4 +21,21 @@ export interface Principal {
   readonly plan: string;
   readonly scopes: ReadonlySet<Scope>;
   readonly credential: Credential;
+}
+
+/**
+ * One word per credential, whichever request presents it: a key by its id, a token by its user (D10,
+ * D27). Key ids and subjects never collide with each other, nor with the addresses rate limits count.
+ */
+export function credentialKey(credential: Credential): string {
+  return credential.kind === 'api-key' ? `key:${credential.keyId}` : `user:${credential.subject}`;
+}
+
+/**
+ * Checks again, later in a request's life, that the credential a principal was made from is still
+ * accepted (D27: before a held sync request answers).
+ */
+export interface CredentialCheck {
+  /** Throws the `AuthenticationError` a new request with the same credential would get now, if any. */
+  recheck(principal: Principal): Promise<void>;
 }

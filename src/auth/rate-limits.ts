@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { LRUCache } from 'lru-cache';
 import { RateLimitError } from '../foundation/errors.js';
-import type { Credential } from './principal.js';
+import { credentialKey } from './principal.js';
 
 /**
  * Counts hits per key in fixed windows. The only state rate limiting keeps, behind an interface we
@@ -68,11 +68,6 @@ export interface RateLimitSettings {
   readonly windowMs: number;
   /** Failed authentications per client address per window. */
   readonly authFailureMax: number;
-}
-
-/** The rate-limit key of a credential; key ids and subjects never collide with addresses. */
-export function credentialKey(credential: Credential): string {
-  return credential.kind === 'api-key' ? `key:${credential.keyId}` : `user:${credential.subject}`;
 }
 
 function seconds(ms: number): number {

@@ -5,6 +5,7 @@ import { ReadAnswers } from '../answers/read-answers.js';
 import { AuditLog } from '../audit/audit-log.js';
 import type { Authenticator } from '../auth/authenticator.js';
 import { createIdentity, type Identity, type IdentityOptions } from '../auth/identity.js';
+import type { CredentialCheck } from '../auth/principal.js';
 import type { RateLimits } from '../auth/rate-limits.js';
 import { PlaybookService } from '../catalog/playbook-service.js';
 import { compileDetailSerializer, StoredDetailsBuilder } from '../catalog/stored-details.js';
@@ -220,7 +221,7 @@ export function createServices(
   });
   follower.onChange(() => webhookDispatcher.wake());
   const sync = options.deploymentKeys
-    ? syncFeedOf(config, options.deploymentKeys, databases, follower, metrics)
+    ? syncFeedOf(config, options.deploymentKeys, databases, follower, metrics, identity.authenticator)
     : undefined;
   const publish = new PublishService(
     { db: databases.primary, objectStore, writes, metrics },
@@ -268,20 +269,30 @@ export function createServices(
   };
 }
 
-/** D27: the sync feed over the database reads go to, following the log its follower reads. */
+/**
+ * D27: the sync feed over the database reads go to, following the log its follower reads; a held
+ * request's credential is checked again by the authenticator that admitted it, whose verifier follows
+ * the same log (registered above, so it hears of a revocation before the requests it wakes).
+ */
 function syncFeedOf(
   config: Config,
   keys: DeploymentKeys,
   databases: Databases,
   follower: ChangeFollower,
   metrics: Metrics,
+  credentials: CredentialCheck,
 ): { feed: SyncFeed; held: HeldRequests } {
-  const held = new HeldRequests(follower, { maxHeld: config.syncMaxWaiters });
+  const held = new HeldRequests(follower, {
+    maxHeld: config.syncMaxWaiters,
+    maxPerCredential: config.syncMaxWaitersPerKey,
+    metrics,
+  });
   metrics.observeHeldRequests(() => held.count);
   const feed = new SyncFeed(databases.reader, new SyncTokens(keys), {
     retentionS: config.syncRetentionS,
     metrics,
     waits: held,
+    credentials,
   });
   return { feed, held };
 }

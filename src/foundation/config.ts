@@ -74,6 +74,7 @@ const EnvSchema = Type.Object({
   }),
   PLAYBOOK_SYNC_RETENTION_S: Type.Integer({ minimum: 60, maximum: 315_360_000, default: 2_592_000 }),
   PLAYBOOK_SYNC_MAX_WAITERS: Type.Integer({ minimum: 0, maximum: 100_000, default: 1000 }),
+  PLAYBOOK_SYNC_MAX_WAITERS_PER_KEY: Type.Integer({ minimum: 1, maximum: 100_000, default: 20 }),
   PLAYBOOK_DEPLOYMENT_KEY: Type.Optional(
     Type.String({ minLength: 1, description: 'comma-separated base64 keys of at least 32 bytes each' }),
   ),
@@ -166,6 +167,11 @@ export interface Config {
   readonly syncRetentionS: number;
   /** D27: requests one instance holds waiting for a change (`PLAYBOOK_SYNC_MAX_WAITERS`); past it, 503. */
   readonly syncMaxWaiters: number;
+  /**
+   * D27: requests one credential (a key, or a token's user) holds at once on one instance
+   * (`PLAYBOOK_SYNC_MAX_WAITERS_PER_KEY`); past it, 429.
+   */
+  readonly syncMaxWaitersPerKey: number;
   /**
    * D27/D28: the deployment's keys as written in `PLAYBOOK_DEPLOYMENT_KEY` (the first signs and seals);
    * absent, the data directory's key file on SQLite (foundation/deployment-key.ts).
@@ -323,6 +329,7 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     shutdownDelayMs: env.PLAYBOOK_SHUTDOWN_DELAY_MS,
     syncRetentionS: env.PLAYBOOK_SYNC_RETENTION_S,
     syncMaxWaiters: env.PLAYBOOK_SYNC_MAX_WAITERS,
+    syncMaxWaitersPerKey: env.PLAYBOOK_SYNC_MAX_WAITERS_PER_KEY,
     ...(env.PLAYBOOK_DEPLOYMENT_KEY === undefined
       ? {}
       : { deploymentKeys: parseDeploymentKeys(env.PLAYBOOK_DEPLOYMENT_KEY) }),

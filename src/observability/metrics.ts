@@ -250,6 +250,7 @@ export class Metrics {
   readonly changeLogPosition: Gauge;
   readonly dependencyUp: Gauge<'dependency'>;
   readonly syncPages: BoundCounter<'kind'>;
+  readonly syncHeldRefusals: Counter<'reason'>;
   readonly webhookAttempts: Counter<'outcome' | 'reason'>;
   readonly webhookAttemptDuration: Histogram;
   readonly webhookDeliveries: Counter<'outcome'>;
@@ -445,6 +446,12 @@ export class Metrics {
       },
       recording,
     );
+    this.syncHeldRefusals = new Counter({
+      name: 'playbook_sync_held_refusals_total',
+      help: 'Sync requests with wait refused, by reason: credential or account (past its share, 429), instance (past the room of the instance, 503), unauthenticated (the credential was no longer accepted when a held request was to answer, 401)',
+      labelNames: ['reason'] as const,
+      registers,
+    });
     const heldRequests = () => this.heldRequests;
     new Gauge({
       name: 'playbook_sync_held_requests',

@@ -1,6 +1,7 @@
 import type { FollowedChanges } from '../changes/change-follower.js';
-import { CapacityError } from '../foundation/errors.js';
-import type { ChangeWaits, WaitOutcome } from './sync-feed.js';
+import { CapacityError, RateLimitError } from '../foundation/errors.js';
+import { Metrics } from '../observability/metrics.js';
+import type { ChangeWaits, Holder, WaitOutcome } from './change-waits.js';
 
 /** What the held requests follow: this instance's follower of the change log (D26). */
 export interface FollowedLog {
@@ -12,8 +13,23 @@ export interface FollowedLog {
 export interface HeldRequestsOptions {
   /** Requests held at once (`PLAYBOOK_SYNC_MAX_WAITERS`); one more is refused with 503. */
   readonly maxHeld: number;
+  /** Requests one credential holds at once (`PLAYBOOK_SYNC_MAX_WAITERS_PER_KEY`); one more is refused with 429. */
+  readonly maxPerCredential: number;
+  /** Requests one account holds at once, whichever of its credentials hold them; `accountShare(maxHeld)` by default. */
+  readonly maxPerAccount?: number;
   /** What a refused request is told to wait before it asks again, in seconds. */
   readonly retryAfterSeconds?: number;
+  /** Where refusals are counted (D25). */
+  readonly metrics?: Metrics;
+}
+
+/**
+ * The requests one account may hold on an instance: a tenth of the instance's room, and never fewer
+ * than 20. Filling an instance takes ten accounts at least, and on a small instance an account still
+ * holds as many as one credential does by default.
+ */
+export function accountShare(maxHeld: number): number {
+  return Math.max(20, Math.floor(maxHeld / 10));
 }
 
 const DRAINED: WaitOutcome = { kind: 'drained' };
@@ -41,6 +57,12 @@ interface Waiter {
  * which nothing of its namespaces changed is answered from memory, without a query. A held request
  * costs a promise, a timer and an entry in a set: no database connection, and no read until a change
  * of its namespaces is known.
+ *
+ * The room is shared (D27): one credential holds at most `maxPerCredential` requests, one account at
+ * most `maxPerAccount`, whichever of its credentials hold them, and the instance at most `maxHeld`.
+ * A request past its credential's or its account's share is refused at once (429), so that no one
+ * takes the room another account's requests need; past the instance's, 503. A request's place in
+ * each count is given back with its one outcome, whatever it is.
  */
 export class HeldRequests implements ChangeWaits {
   /** From here on every change told is in `lastChange`; unset until something is known. */
@@ -51,6 +73,11 @@ export class HeldRequests implements ChangeWaits {
   /** Held requests by namespace; a request of an account and the service is in both sets. */
   private readonly byNamespace = new Map<string, Set<Waiter>>();
   private held = 0;
+  /** Requests held now by each credential and each account that holds any; none is kept at zero. */
+  private readonly byCredential = new Map<string, number>();
+  private readonly byAccount = new Map<string, number>();
+  private readonly maxPerAccount: number;
+  private readonly refusals: Record<'credential' | 'account' | 'instance', () => void>;
   private draining = false;
   private readonly unfollow: () => void;
 
@@ -58,12 +85,32 @@ export class HeldRequests implements ChangeWaits {
     private readonly log: FollowedLog,
     private readonly options: HeldRequestsOptions,
   ) {
+    this.maxPerAccount = options.maxPerAccount ?? accountShare(options.maxHeld);
+    const refused = (options.metrics ?? new Metrics()).syncHeldRefusals;
+    this.refusals = {
+      credential: () => refused.inc({ reason: 'credential' }),
+      account: () => refused.inc({ reason: 'account' }),
+      instance: () => refused.inc({ reason: 'instance' }),
+    };
     this.unfollow = log.onChange((followed) => this.follow(followed));
   }
 
   /** Requests held now. */
   get count(): number {
     return this.held;
+  }
+
+  /** Requests `holder`'s credential and account hold now. */
+  heldBy(holder: Holder): { readonly credential: number; readonly account: number } {
+    return {
+      credential: this.byCredential.get(holder.credential) ?? 0,
+      account: this.byAccount.get(holder.account) ?? 0,
+    };
+  }
+
+  /** Credentials and accounts that hold requests now: none once every request has had its outcome. */
+  get holders(): number {
+    return this.byCredential.size + this.byAccount.size;
   }
 
   quietSince(after: number, namespaces: readonly string[]): number | undefined {
@@ -75,7 +122,13 @@ export class HeldRequests implements ChangeWaits {
     return known.position;
   }
 
-  wait(namespaces: readonly string[], after: number, ms: number, signal?: AbortSignal): Promise<WaitOutcome> {
+  wait(
+    namespaces: readonly string[],
+    after: number,
+    ms: number,
+    holder: Holder,
+    signal?: AbortSignal,
+  ): Promise<WaitOutcome> {
     if (this.draining) return Promise.resolve(DRAINED);
     if (signal?.aborted) return Promise.resolve(ABORTED);
     if (ms <= 0) return Promise.resolve(TIMED_OUT);
@@ -85,12 +138,7 @@ export class HeldRequests implements ChangeWaits {
     if (namespaces.some((namespace) => (this.lastChange.get(namespace) ?? 0) > after)) {
       return Promise.resolve({ kind: 'changed', position: known.position });
     }
-    if (this.held >= this.options.maxHeld) {
-      throw new CapacityError(
-        'This instance holds as many waiting sync requests as it may; ask again after Retry-After, or without wait.',
-        { retryAfterSeconds: this.options.retryAfterSeconds ?? 2 },
-      );
-    }
+    this.admit(holder);
     return new Promise((resolve) => {
       let timer: NodeJS.Timeout | undefined;
       const onAbort = () => waiter.settle(ABORTED);
@@ -102,12 +150,16 @@ export class HeldRequests implements ChangeWaits {
           signal?.removeEventListener('abort', onAbort);
           for (const namespace of namespaces) this.byNamespace.get(namespace)?.delete(waiter);
           this.held--;
+          giveBack(this.byCredential, holder.credential);
+          giveBack(this.byAccount, holder.account);
           resolve(outcome);
           // Settled once: a second call (a change and the timer at once) does nothing.
           waiter.settle = () => {};
         },
       };
       this.held++;
+      take(this.byCredential, holder.credential);
+      take(this.byAccount, holder.account);
       for (const namespace of namespaces) {
         let set = this.byNamespace.get(namespace);
         if (!set) {
@@ -119,6 +171,36 @@ export class HeldRequests implements ChangeWaits {
       timer = setTimeout(() => waiter.settle(TIMED_OUT), ms);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
+  }
+
+  /**
+   * Refuses a request that would go past its credential's share (429), its account's (429) or the
+   * instance's room (503), in that order: a caller past its own share is told so, whatever the room.
+   */
+  private admit(holder: Holder): void {
+    const retryAfterSeconds = this.options.retryAfterSeconds ?? 2;
+    const { credential, account } = this.heldBy(holder);
+    if (credential >= this.options.maxPerCredential) {
+      this.refusals.credential();
+      throw new RateLimitError(
+        `This credential already holds ${this.options.maxPerCredential} sync requests waiting on this instance, as many as one credential may; ask again after Retry-After, or without wait, or hold fewer at once.`,
+        retryAfterSeconds,
+      );
+    }
+    if (account >= this.maxPerAccount) {
+      this.refusals.account();
+      throw new RateLimitError(
+        `This account already holds ${this.maxPerAccount} sync requests waiting on this instance, as many as one account may, whichever of its credentials hold them; ask again after Retry-After, or without wait, or hold fewer at once.`,
+        retryAfterSeconds,
+      );
+    }
+    if (this.held >= this.options.maxHeld) {
+      this.refusals.instance();
+      throw new CapacityError(
+        'This instance holds as many waiting sync requests as it may; ask again after Retry-After, or without wait.',
+        { retryAfterSeconds },
+      );
+    }
   }
 
   /** Answers every held request now, and holds none from now on: the instance is stopping. */
@@ -180,4 +262,14 @@ export class HeldRequests implements ChangeWaits {
     for (const set of this.byNamespace.values()) for (const waiter of set) all.add(waiter);
     return all;
   }
+}
+
+function take(counts: Map<string, number>, key: string): void {
+  counts.set(key, (counts.get(key) ?? 0) + 1);
+}
+
+function giveBack(counts: Map<string, number>, key: string): void {
+  const left = (counts.get(key) ?? 0) - 1;
+  if (left > 0) counts.set(key, left);
+  else counts.delete(key);
 }

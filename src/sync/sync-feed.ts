@@ -1,8 +1,7 @@
-import type { Principal } from '../auth/principal.js';
+import type { CredentialCheck, Principal } from '../auth/principal.js';
 import { viewNamespaces } from '../catalog/audience.js';
-import { toCatalog, toResourceListItem } from '../catalog/mappers.js';
-import type { CatalogListRow, VisibleCatalog } from '../catalog/read-repository.js';
-import { readPinsTexts } from '../catalog/stored-pins.js';
+import { toResourceListItem } from '../catalog/mappers.js';
+import type { VisibleCatalog } from '../catalog/read-repository.js';
 import {
   inVisibleCatalogs,
   placeOf,
@@ -20,25 +19,18 @@ import {
   type Stretch,
 } from '../changes/entity-changes.js';
 import type { Db } from '../db/tables.js';
-import { InputError, SyncTokenError } from '../foundation/errors.js';
-import { type CountedSeries, Metrics } from '../observability/metrics.js';
 import {
-  DEFAULT_SYNC_PAGE_SIZE,
-  type SyncCatalogItem,
-  type SyncItem,
-  type SyncQuery,
-} from '../schemas/sync.js';
+  AuthenticationError,
+  CapacityError,
+  InputError,
+  RateLimitError,
+  SyncTokenError,
+} from '../foundation/errors.js';
+import { type CountedSeries, Metrics } from '../observability/metrics.js';
+import { DEFAULT_SYNC_PAGE_SIZE, type SyncQuery } from '../schemas/sync.js';
+import { type ChangeWaits, holderOf, type WaitOutcome } from './change-waits.js';
+import { catalogItem, catalogsPins, type FeedItem } from './feed-items.js';
 import type { InitialCursor, Position, SyncTokens, View } from './sync-tokens.js';
-
-/**
- * An item of a page. A Catalog's pins are kept as the JSON text they are stored as, in its stored
- * parts (`pinsParts`, its `resourcePins` left empty): a Catalog of 100,000 Resources pins 20 MB of
- * them, which would otherwise be parsed into objects only to be written out again as the same text,
- * and which joined would be held twice (D30).
- */
-export type FeedItem =
-  | (SyncCatalogItem & { readonly pinsParts?: readonly string[] })
-  | Exclude<SyncItem, SyncCatalogItem>;
 
 /** One page of the feed, and exactly one of the two positions to go on from. */
 export type SyncAnswer =
@@ -48,25 +40,6 @@ export type SyncAnswer =
 /** What a page was, as the metrics count it. */
 export type PageKind = 'initial' | 'delta' | 'empty';
 
-/**
- * Where the feed learns, without asking the database, that nothing of some namespaces changed, and
- * waits until something does (held-requests.ts).
- */
-export interface ChangeWaits {
-  /** The log position up to which nothing of `namespaces` changed after `after`, when that is known. */
-  quietSince(after: number, namespaces: readonly string[]): number | undefined;
-  /** Resolves when a change of `namespaces` after `after` is known, or at the end of `ms`, or at a drain. */
-  wait(namespaces: readonly string[], after: number, ms: number, signal?: AbortSignal): Promise<WaitOutcome>;
-}
-
-/**
- * How a wait ended: a change, with the log's position it was told at (undefined when what changed is
- * not known: the log is read again), the end of the wait, the instance stopping, or the client gone.
- */
-export type WaitOutcome =
-  | { readonly kind: 'changed'; readonly position: number | undefined }
-  | { readonly kind: 'timeout' | 'drained' | 'aborted' };
-
 export interface SyncFeedOptions {
   /** How far back a position may be (`PLAYBOOK_SYNC_RETENTION_S`). */
   readonly retentionS: number;
@@ -75,6 +48,8 @@ export interface SyncFeedOptions {
   readonly metrics?: Metrics;
   /** What is known of the log in memory, and the held requests; without it every read asks the database. */
   readonly waits?: ChangeWaits;
+  /** Checks a held request's credential again before it answers (D27). */
+  readonly credentials: CredentialCheck;
 }
 
 /** Pins a page of Catalogs may hold beyond its first Catalog: the size of the page stays in bounds. */
@@ -108,6 +83,7 @@ export class SyncFeed {
   private readonly reading = new Map<string, Promise<SyncAnswer>>();
   /** The pages' series of the metrics (D25), bound once: an empty poll is as frequent as any read. */
   private readonly pages: Record<PageKind, CountedSeries<'kind'>>;
+  private readonly metrics: Metrics;
 
   constructor(
     private readonly db: Db,
@@ -117,6 +93,7 @@ export class SyncFeed {
     this.retentionMs = options.retentionS * 1000;
     this.now = options.now ?? Date.now;
     const metrics = options.metrics ?? new Metrics();
+    this.metrics = metrics;
     this.pages = {
       initial: metrics.syncPages.bind({ kind: 'initial' }),
       delta: metrics.syncPages.bind({ kind: 'delta' }),
@@ -272,8 +249,20 @@ export class SyncFeed {
     const waits = this.options.waits;
     if (waitS === 0 || !waits) return emptyAt(quiet);
     const deadline = this.now() + waitS * 1000;
-    for (;;) {
-      const outcome = await waits.wait(namespaces, quiet, deadline - this.now(), signal);
+    const holder = holderOf(principal);
+    for (let woken = false; ; woken = true) {
+      let outcome: WaitOutcome;
+      try {
+        outcome = await waits.wait(namespaces, quiet, deadline - this.now(), holder, signal);
+      } catch (error) {
+        // Woken by a change it does not see, a request whose place was taken meanwhile has been held:
+        // it answers empty at its new position rather than refused.
+        if (woken && (error instanceof RateLimitError || error instanceof CapacityError))
+          return emptyAt(quiet);
+        throw error;
+      }
+      if (outcome.kind === 'aborted') return emptyAt(quiet);
+      await this.recheck(principal);
       if (outcome.kind !== 'changed') return emptyAt(quiet);
       const head = outcome.position ?? (await readHead(this.db));
       if (head > quiet) {
@@ -283,6 +272,21 @@ export class SyncFeed {
         quiet = head;
       }
       if (this.now() >= deadline) return emptyAt(quiet);
+    }
+  }
+
+  /**
+   * A request held for a while answers only while its credential is still accepted: one revoked,
+   * rolled past its overlap or expired meanwhile gets the 401 a new request with it would get, never
+   * what changed. Memory answers it in the common case (credential-authenticator.ts).
+   */
+  private async recheck(principal: Principal): Promise<void> {
+    try {
+      await this.options.credentials.recheck(principal);
+    } catch (error) {
+      if (error instanceof AuthenticationError)
+        this.metrics.syncHeldRefusals.inc({ reason: 'unauthenticated' });
+      throw error;
     }
   }
 
@@ -476,23 +480,6 @@ export class SyncFeed {
       }
     }
   }
-}
-
-/** The stored text of the pins of the current versions of `rows`, by version id. */
-function catalogsPins(db: Db, rows: Iterable<CatalogListRow>): Promise<Map<string, readonly string[]>> {
-  return readPinsTexts(
-    db,
-    [...rows].flatMap((row) => row.currentVersion?.id ?? []),
-  );
-}
-
-/** A Catalog as an item, its pins left as the text they are stored as (`pinsTexts`, by version id). */
-function catalogItem(row: CatalogListRow, pinsTexts: ReadonlyMap<string, readonly string[]>): FeedItem {
-  const version = row.currentVersion;
-  if (!version) return { type: 'catalog', catalog: toCatalog(row.catalog, undefined) };
-  const pinsParts = pinsTexts.get(version.id);
-  if (pinsParts === undefined) throw new Error(`no stored pins for catalog version ${version.id}`);
-  return { type: 'catalog', catalog: toCatalog(row.catalog, version), pinsParts };
 }
 
 function describeSeconds(seconds: number): string {

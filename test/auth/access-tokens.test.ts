@@ -212,6 +212,21 @@ describe('access tokens (D9)', () => {
     expect((await tolerant.app.inject({ url: CATALOGS, headers: bearer(token) })).statusCode).toBe(200);
   });
 
+  it('checks a verified token again against its exp, with the clock tolerance, as verify does (D27)', async () => {
+    const tolerant = await serviceWith({ PLAYBOOK_JWT_CLOCK_TOLERANCE_S: '120' });
+    const before = Math.floor(Date.now() / 1000);
+    const { expiresAt } = await identity.tokens.verify(
+      await identity.mintToken({ accounts: ['acme'], ttlSeconds: 60 }),
+    );
+    expect(expiresAt - before).toBeGreaterThanOrEqual(60);
+    expect(expiresAt - before).toBeLessThanOrEqual(61);
+    identity.tokens.checkNotExpired(expiresAt);
+    const now = Math.floor(Date.now() / 1000);
+    expect(() => identity.tokens.checkNotExpired(now)).toThrow('the access token has expired');
+    tolerant.identity.tokens.checkNotExpired(now - 100);
+    expect(() => tolerant.identity.tokens.checkNotExpired(now - 130)).toThrow('the access token has expired');
+  });
+
   it('reads the accounts from the configured claim name', async () => {
     const custom = await serviceWith({ PLAYBOOK_JWT_ACCOUNTS_CLAIM: 'https://playbook.example/accounts' });
     const token = await custom.identity.mintToken({ accounts: ['acme'] });

@@ -175,6 +175,58 @@ describe('API key verification', () => {
     expect(await refusal(identity.verifier.verify(key))).toBe('the API key has expired');
   });
 
+  describe('checked again, before a held sync request answers (D27)', () => {
+    it('answers from memory however long ago the key was read, and refuses it once expired', async () => {
+      const expiresAt = new Date(clock + 3_600_000).toISOString();
+      const { key, id } = await identity.mintKey({ accountId: 'acme', expiresAt });
+      await identity.verifier.verify(key);
+      clock += 60_000;
+      meter.reset();
+      await identity.verifier.recheck(id);
+      clock += 3_540_000;
+      expect(await refusal(identity.verifier.recheck(id))).toBe('the API key has expired');
+      expect(meter).toMatchObject({ digests: 0, lookups: 0 });
+    });
+
+    it('refuses a key revoked meanwhile, from memory', async () => {
+      const { key, id } = await identity.mintKey({ accountId: 'acme' });
+      await identity.verifier.verify(key);
+      expect(await identity.keys.revoke(id)).toBe('revoked');
+      clock += 60_000;
+      meter.reset();
+      expect(await refusal(identity.verifier.recheck(id))).toBe('the API key has been revoked');
+      expect(meter.lookups).toBe(0);
+    });
+
+    it('reads a key it no longer holds once for every check that asks meanwhile, then holds it', async () => {
+      const { id } = await identity.mintKey({ accountId: 'acme' });
+      meter.reset();
+      await Promise.all(Array.from({ length: 50 }, () => identity.verifier.recheck(id)));
+      expect(meter.lookups).toBe(1);
+      clock += 60_000;
+      await identity.verifier.recheck(id);
+      expect(meter.lookups).toBe(1);
+    });
+
+    it('reads storage while memory may not be served (D31), and so sees a revocation it was not told of', async () => {
+      const behind = createTestIdentity(backend, {
+        options: { keyLookup: meter.wrap, now: () => clock, trust: { trusted: false, outage: false } },
+      });
+      try {
+        const { key, id } = await behind.mintKey({ accountId: 'acme' });
+        await behind.verifier.verify(key);
+        meter.reset();
+        await behind.verifier.recheck(id);
+        expect(meter.lookups).toBe(1);
+        // Revoked by another process, on a bus this one does not hear.
+        expect(await identity.keys.revoke(id)).toBe('revoked');
+        expect(await refusal(behind.verifier.recheck(id))).toBe('the API key has been revoked');
+      } finally {
+        await behind.close();
+      }
+    });
+  });
+
   describe('from memory alone (the auth hook tries this first, without a promise)', () => {
     it('grants a cached, fresh, live key what verify grants, without reading storage', async () => {
       const { key } = await identity.mintKey({ accountId: 'acme', scopes: ['playbook:read'] });

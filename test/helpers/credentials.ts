@@ -177,6 +177,7 @@ export async function buildIdentityApp(
     backend.databases.reader,
     reads.follower,
     identity.metrics,
+    identity.authenticator,
     overrides.sync,
   );
   overrides.sync?.built?.(sync);

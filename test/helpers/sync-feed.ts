@@ -60,6 +60,39 @@ export function resourceFile(slug: string, overrides: Record<string, unknown> = 
   return file;
 }
 
+/** A Catalog of the writer's account, published with one Resource: a first change of that account. */
+export async function publishCatalog(
+  app: FastifyInstance,
+  writer: Record<string, string>,
+  slug: string,
+): Promise<void> {
+  const res = await app.inject({
+    method: 'PUT',
+    url: `/v3/playbook/catalogs/org/${slug}`,
+    headers: writer,
+    payload: { name: slug, version: '1', resources: [publishedResource('first')] },
+  });
+  expect(res.statusCode, res.body).toBe(201);
+}
+
+/** A new Resource `slug` in a Catalog of the writer's account: one change of that account. */
+export async function publishResource(
+  app: FastifyInstance,
+  writer: Record<string, string>,
+  catalog: string,
+  slug: string,
+): Promise<string> {
+  const { slug: _slug, ...body } = publishedResource(slug);
+  const res = await app.inject({
+    method: 'PUT',
+    url: `/v3/playbook/catalogs/org/${catalog}/resources/${slug}`,
+    headers: writer,
+    payload: body,
+  });
+  expect(res.statusCode, res.body).toBe(201);
+  return slug;
+}
+
 /** One GET of the feed; the status is checked by the caller when it expects a refusal. */
 export function syncRequest(
   app: FastifyInstance,

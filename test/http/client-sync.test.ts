@@ -12,7 +12,7 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
-import { type Item, listed, Mirror } from '../helpers/sync-feed.js';
+import { type Item, listed, Mirror, publishResource } from '../helpers/sync-feed.js';
 import { sleep } from '../helpers/wait.js';
 
 /**
@@ -61,17 +61,7 @@ describe('the client follows the sync feed (D24, D27)', () => {
   });
 
   const client = (options: Partial<PlaybookOptions> = {}) => new Playbook({ apiKey, baseUrl, ...options });
-  const publish = async () => {
-    const { slug, ...body } = publishedResource(`new-${++published}`);
-    const res = await app.inject({
-      method: 'PUT',
-      url: `/v3/playbook/catalogs/org/mine/resources/${slug}`,
-      headers: writer,
-      payload: body,
-    });
-    expect(res.statusCode, res.body).toBe(201);
-    return slug;
-  };
+  const publish = () => publishResource(app, writer, 'mine', `new-${++published}`);
   const slugsOf = (page: { data: readonly unknown[] }) =>
     (page.data as Item[]).map((item) => item.resource?.slug ?? item.catalog?.slug);
 

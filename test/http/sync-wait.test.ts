@@ -14,7 +14,8 @@ import { waitFor } from '../helpers/wait.js';
 /**
  * D27's held requests, on both stacks: `wait` holds a request until a change of the caller's
  * namespaces (answered within a second of it), or answers empty at the end; a cap per instance (503
- * with Retry-After past it); every held request answered at once when the app closes; a client that
+ * with Retry-After past it; the shares of each credential and account are in
+ * sync-held-shares.test.ts); every held request answered at once when the app closes; a client that
  * goes away frees its place at once; and no held request keeps a database connection from others.
  */
 
@@ -26,6 +27,9 @@ describe('held sync requests (D27)', () => {
   let acme: Record<string, string>;
   let writer: Record<string, string>;
   let globexWriter: Record<string, string>;
+  let globex: Record<string, string>;
+  let initech: Record<string, string>;
+  let initechWriter: Record<string, string>;
   let published = 0;
 
   /** A new Resource in an account's Catalog: one change of that account's namespace. */
@@ -45,8 +49,14 @@ describe('held sync requests (D27)', () => {
     app = await buildIdentityApp(backend, identity, undefined, {
       sync: { maxHeld: 40, built: (built) => (parts = built) },
     });
-    for (const account of ['acme', 'globex']) await givenAccount(backend.databases.primary, account);
+    for (const account of ['acme', 'globex', 'initech'])
+      await givenAccount(backend.databases.primary, account);
     acme = (await identity.mintKey({ accountId: 'acme' })).headers;
+    globex = (await identity.mintKey({ accountId: 'globex' })).headers;
+    initech = (await identity.mintKey({ accountId: 'initech' })).headers;
+    initechWriter = (
+      await identity.mintKey({ accountId: 'initech', scopes: ['playbook:read', 'playbook:write'] })
+    ).headers;
     writer = (await identity.mintKey({ accountId: 'acme', scopes: ['playbook:read', 'playbook:write'] }))
       .headers;
     globexWriter = (
@@ -55,6 +65,7 @@ describe('held sync requests (D27)', () => {
     for (const [headers, slug] of [
       [writer, 'mine'],
       [globexWriter, 'theirs'],
+      [initechWriter, 'others'],
     ] as const) {
       const res = await app.inject({
         method: 'PUT',
@@ -127,21 +138,35 @@ describe('held sync requests (D27)', () => {
     expect(nothing.json()).toEqual({ data: [], nextSyncToken: now });
   });
 
+  /** `count` requests held: two accounts' worth, each within its share (20 of the 40 the app holds). */
+  const holdAcross = async (count: number) => {
+    const acmeToken = await current();
+    const globexToken = (await syncToEnd(app, globex)).syncToken;
+    const answers = Array.from({ length: count }, (_, i) =>
+      i < 20
+        ? held(acmeToken, 30)
+        : (syncRequest(app, globex, { syncToken: globexToken, wait: 30 }) as Promise<LightMyRequestResponse>),
+    );
+    await waitFor(`${count} requests held`, async () => parts.held.count === count);
+    return { answers, acmeToken };
+  };
+
   it('past the cap, 503 unavailable with Retry-After; places free again as held requests are answered', async () => {
-    const syncToken = await current();
-    const answers = Array.from({ length: 40 }, () => held(syncToken, 30));
-    await waitFor('40 requests held', async () => parts.held.count === 40);
-    const refused = await held(syncToken, 30);
+    const { answers, acmeToken } = await holdAcross(40);
+    const initechToken = (await syncToEnd(app, initech)).syncToken;
+    const refused = await syncRequest(app, initech, { syncToken: initechToken, wait: 30 });
     expect(refused.statusCode).toBe(503);
     expect(refused.headers['retry-after']).toBe('2');
     expect(refused.json()).toMatchObject({ code: 'unavailable' });
     expect(refused.json().detail).toMatch(/holds as many waiting sync requests as it may/);
     // A poll without wait is still answered.
-    expect((await syncRequest(app, acme, { syncToken })).statusCode).toBe(200);
+    expect((await syncRequest(app, acme, { syncToken: acmeToken })).statusCode).toBe(200);
     const metrics = await identity.metrics.registry.metrics();
     expect(metrics).toMatch(/^playbook_sync_held_requests 40$/m);
-    // One change answers them all.
+    expect(metrics).toMatch(/^playbook_sync_held_refusals_total\{reason="instance"\} 1$/m);
+    // One change in each account answers them all.
     expect((await publish()).statusCode).toBe(201);
+    expect((await publish(globexWriter, 'theirs')).statusCode).toBe(201);
     for (const res of await Promise.all(answers)) {
       expect(res.statusCode).toBe(200);
       expect((res.json() as Page).data).toHaveLength(1);
@@ -151,9 +176,7 @@ describe('held sync requests (D27)', () => {
   });
 
   it('no held request keeps a database connection: reads and writes go on while 30 are held', async () => {
-    const syncToken = await current();
-    const answers = Array.from({ length: 30 }, () => held(syncToken, 30));
-    await waitFor('30 requests held', async () => parts.held.count === 30);
+    const { answers, acmeToken: syncToken } = await holdAcross(30);
     const started = performance.now();
     const read = await app.inject({
       url: '/v3/playbook/catalogs/org/mine/resources?pageSize=100',
@@ -161,10 +184,12 @@ describe('held sync requests (D27)', () => {
     });
     expect(read.statusCode).toBe(200);
     expect((await syncRequest(app, acme, { syncToken })).statusCode).toBe(200);
-    expect((await publish(globexWriter, 'theirs')).statusCode).toBe(201);
+    // A third account's write: it goes on, and wakes none of them.
+    expect((await publish(initechWriter, 'others')).statusCode).toBe(201);
     expect(performance.now() - started).toBeLessThan(2000);
     expect(parts.held.count).toBe(30);
     expect((await publish()).statusCode).toBe(201);
+    expect((await publish(globexWriter, 'theirs')).statusCode).toBe(201);
     await Promise.all(answers);
   });
 

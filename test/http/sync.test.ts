@@ -3,7 +3,9 @@ import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setAccount } from '../../src/accounts/accounts.js';
 import { readHead } from '../../src/changes/change-log.js';
+import { DeploymentKeys, loadDeploymentKeys } from '../../src/foundation/deployment-key.js';
 import { startMetricsServer } from '../../src/observability/metrics.js';
+import { SyncTokens } from '../../src/sync/sync-tokens.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
@@ -457,6 +459,28 @@ describe('the sync feed (D27)', () => {
         expect(res.statusCode, forged).toBe(400);
         expect(res.json()).toMatchObject({ code: 'invalid_sync_token' });
         expect(res.json().errors).toEqual([expect.objectContaining({ in: 'query', name: 'syncToken' })]);
+      }
+    });
+
+    it("a position sealed by another deployment's key is 400 invalid_sync_token; the same one sealed here is served", async () => {
+      const seq = await readHead(backend.databases.reader);
+      const position = { kind: 'sync', view: { accountId: 'acme', plan: 'free' }, seq } as const;
+      const config = identity.config;
+      const ours = new SyncTokens(
+        await loadDeploymentKeys({
+          dataDir: config.dataDir,
+          databaseKind: config.database.kind,
+          ...(config.deploymentKeys ? { keys: config.deploymentKeys } : {}),
+        }),
+      );
+      expect((await syncRequest(app, acme, { syncToken: ours.seal(position) })).statusCode).toBe(200);
+      const theirs = new SyncTokens(new DeploymentKeys([randomBytes(32)]));
+      const pageToken = theirs.seal({ ...position, kind: 'initial', cursor: { phase: 'catalogs' } });
+      for (const query of [{ syncToken: theirs.seal(position) }, { pageToken }]) {
+        const res = await syncRequest(app, acme, query);
+        expect(res.statusCode).toBe(400);
+        expect(res.json()).toMatchObject({ code: 'invalid_sync_token' });
+        expect(res.json().detail).toMatch(/was not made by this deployment/);
       }
     });
 

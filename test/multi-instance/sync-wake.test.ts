@@ -1,12 +1,13 @@
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { givenAccount } from '../helpers/fixtures.js';
-import { startInstance } from './support.js';
-import { expectWokenAcross } from './sync-wake.js';
+import type { Instance } from './support.js';
+import { expectRevokedAcross, expectWokenAcross, withInstances } from './sync-wake.js';
 
 /**
  * D27: a sync request held on one instance is answered within a second of a write on another, through
- * the database poll alone (the embedded default, or no Redis).
+ * the database poll alone (the embedded default, or no Redis); one whose key is revoked on the other
+ * meanwhile gets 401.
  */
 describe('held sync requests across instances', () => {
   let backend: TestBackend;
@@ -19,14 +20,12 @@ describe('held sync requests across instances', () => {
     await backend?.cleanup();
   });
 
-  it('a write on A wakes a request held on B within a second, through the database poll alone', async () => {
-    const a = await startInstance('A', backend, {});
-    const b = await startInstance('B', backend, {});
-    try {
-      await expectWokenAcross(a, b, 'acme');
-    } finally {
-      await a.close();
-      await b.close();
-    }
-  });
+  const throughTheLog = (check: (a: Instance, b: Instance) => Promise<void>) =>
+    withInstances(backend, { a: {}, b: {} }, check);
+
+  it('a write on A wakes a request held on B within a second, through the database poll alone', () =>
+    throughTheLog((a, b) => expectWokenAcross(a, b, 'acme')));
+
+  it('a key revoked on A while its request is held on B gets 401 there when a change wakes it', () =>
+    throughTheLog((a, b) => expectRevokedAcross(a, b, 'acme')));
 });

@@ -22,6 +22,8 @@ describe('configuration (D13)', () => {
     expect(config.shutdownDelayMs).toBe(0);
     expect(config.webhooks.concurrency).toBe(10);
     expect(config.webhooks.perEndpoint).toBe(2);
+    expect(config.syncMaxWaiters).toBe(1000);
+    expect(config.syncMaxWaitersPerKey).toBe(20);
   });
 
   it('reads every variable it documents', () => {
@@ -53,6 +55,8 @@ describe('configuration (D13)', () => {
       PLAYBOOK_SHUTDOWN_DELAY_MS: '15000',
       PLAYBOOK_WEBHOOK_CONCURRENCY: '20',
       PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY: '5',
+      PLAYBOOK_SYNC_MAX_WAITERS: '500',
+      PLAYBOOK_SYNC_MAX_WAITERS_PER_KEY: '5',
       LOG_LEVEL: 'warn',
     });
     expect(config.port).toBe(9090);
@@ -87,6 +91,8 @@ describe('configuration (D13)', () => {
     expect(config.shutdownDelayMs).toBe(15000);
     expect(config.webhooks.concurrency).toBe(20);
     expect(config.webhooks.perEndpoint).toBe(5);
+    expect(config.syncMaxWaiters).toBe(500);
+    expect(config.syncMaxWaitersPerKey).toBe(5);
     expect(config.logLevel).toBe('warn');
   });
 
@@ -177,6 +183,9 @@ describe('configuration (D13)', () => {
     ['PLAYBOOK_SHUTDOWN_DELAY_MS', '600001'],
     ['PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY', '0'],
     ['PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY', '101'],
+    // D27: a credential holds at least one request, or none could ever wait.
+    ['PLAYBOOK_SYNC_MAX_WAITERS_PER_KEY', '0'],
+    ['PLAYBOOK_SYNC_MAX_WAITERS_PER_KEY', 'twenty'],
     ['LOG_LEVEL', 'verbose'],
   ])('stops on %s=%s with a message that names the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
