@@ -22,6 +22,7 @@ describe('configuration (D13)', () => {
     expect(config.shutdownDelayMs).toBe(0);
     expect(config.webhooks.concurrency).toBe(10);
     expect(config.webhooks.perEndpoint).toBe(2);
+    expect(config.webhooks.maxPendingPerEndpoint).toBe(10_000);
   });
 
   it('reads every variable it documents', () => {
@@ -53,6 +54,7 @@ describe('configuration (D13)', () => {
       PLAYBOOK_SHUTDOWN_DELAY_MS: '15000',
       PLAYBOOK_WEBHOOK_CONCURRENCY: '20',
       PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY: '5',
+      PLAYBOOK_WEBHOOK_MAX_PENDING_PER_ENDPOINT: '500',
       LOG_LEVEL: 'warn',
     });
     expect(config.port).toBe(9090);
@@ -87,6 +89,7 @@ describe('configuration (D13)', () => {
     expect(config.shutdownDelayMs).toBe(15000);
     expect(config.webhooks.concurrency).toBe(20);
     expect(config.webhooks.perEndpoint).toBe(5);
+    expect(config.webhooks.maxPendingPerEndpoint).toBe(500);
     expect(config.logLevel).toBe('warn');
   });
 
@@ -177,6 +180,8 @@ describe('configuration (D13)', () => {
     ['PLAYBOOK_SHUTDOWN_DELAY_MS', '600001'],
     ['PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY', '0'],
     ['PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY', '101'],
+    ['PLAYBOOK_WEBHOOK_MAX_PENDING_PER_ENDPOINT', '0'],
+    ['PLAYBOOK_WEBHOOK_MAX_PENDING_PER_ENDPOINT', 'many'],
     ['LOG_LEVEL', 'verbose'],
   ])('stops on %s=%s with a message that names the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
