@@ -53,6 +53,14 @@ export interface AppendedChanges {
  */
 export type AppendHook = (trx: Db, appended: AppendedChanges) => Promise<void>;
 
+/**
+ * What else must be written once a write's work is done, in its transaction, just before its commit:
+ * what the append hooks gathered over the whole write. A row locked here is held for the commit
+ * only, not for the whole of a long write (a write of 100,000 Resources is seconds of it). A failure
+ * fails the write.
+ */
+export type CommitHook = (trx: Db) => Promise<void>;
+
 /** Who asks for a write. */
 export interface Writer {
   readonly actor: ChangeActor;
@@ -83,6 +91,8 @@ export interface UnitOfWorkOptions {
   readonly metrics?: Metrics;
   /** Writes made with every append, in its transaction (see `AppendHook`). */
   readonly afterAppend?: readonly AppendHook[];
+  /** Writes made at the end of every write, in its transaction (see `CommitHook`). */
+  readonly beforeCommitting?: readonly CommitHook[];
 }
 
 const DEFAULT_ATTEMPTS = 6;
@@ -205,6 +215,7 @@ export class UnitOfWork {
             },
           };
           const value = await work(scope);
+          for (const hook of this.options.beforeCommitting ?? []) await hook(trx);
           await this.options.beforeCommit?.(write);
           // SQLite's driver commits on this thread, and a large write's commit is tens of
           // milliseconds: it starts a turn of its own, after the requests waiting now.

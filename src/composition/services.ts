@@ -118,7 +118,8 @@ export function createServices(
     ...(options.beforeCommit ? { beforeCommit: options.beforeCommit } : {}),
     ...(options.observation ? { observation: options.observation } : {}),
   });
-  const { databases, objectStore, redis, follower, writes, observation, dependencies } = storage;
+  const { databases, objectStore, redis, follower, writes, webhookBacklog, observation, dependencies } =
+    storage;
   // D31: memory is served while the change log is followed, and through a database outage; once the
   // database answers again, the log is read at once, before memory is trusted again.
   const trust = new MemoryTrust({ follower, database: dependencies.database });
@@ -204,6 +205,7 @@ export function createServices(
     urls: config.webhooks,
     ...(options.identity?.now ? { now: options.identity.now } : {}),
     onDue: () => webhookDispatcher.wake(),
+    pending: webhookBacklog,
   });
   const webhookDispatcher = new WebhookDispatcher({
     db: databases.primary,

@@ -10,7 +10,8 @@ import type { Config } from '../foundation/config.js';
 import { DependencyHealth } from '../observability/dependency-health.js';
 import { type Observation, unobserved } from '../observability/observation.js';
 import { connectRedisSharedState, type RedisSharedState } from '../redis/redis-shared-state.js';
-import { enqueueDeliveries } from '../webhooks/outbox.js';
+import { deliveryOutbox } from '../webhooks/outbox.js';
+import { PendingBound, reportExceeded } from '../webhooks/pending-bound.js';
 
 /**
  * What every command stands on: the databases, the object store, Redis when configured, the unit of
@@ -28,6 +29,8 @@ export interface Storage {
   readonly follower: ChangeFollower;
   /** The one way a write reaches the database (see changes/unit-of-work.ts). */
   readonly writes: UnitOfWork;
+  /** What is pending to each webhook endpoint, counted and bounded (D28), as every write adds to it. */
+  readonly webhookBacklog: PendingBound;
   /** The service's metrics and tracing, handed to every part that records (D25). */
   readonly observation: Observation;
   /** Whether each dependency answers, as its uses find it (D31); Redis's only when configured. */
@@ -104,13 +107,20 @@ export function createStorage(
     ...(redis ? { changes: redis.dataChanges } : {}),
     ...(options.changePollMs === undefined ? {} : { pollMs: options.changePollMs }),
   });
+  const webhookBacklog = new PendingBound({
+    max: config.webhooks.maxPendingPerEndpoint,
+    onExceeded: reportExceeded(logger, metrics),
+    ...(options.now ? { now: options.now } : {}),
+  });
+  const outbox = deliveryOutbox(webhookBacklog);
   const writes = new UnitOfWork(databases.writer, {
     logger,
     metrics,
     announce: () => follower.announce(),
     ...(options.beforeCommit ? { beforeCommit: options.beforeCommit } : {}),
-    // D28: the webhook deliveries a change makes due are written with it (the outbox).
-    afterAppend: [enqueueDeliveries],
+    // D28: the webhook deliveries a change makes due are written with it (the outbox), and counted.
+    afterAppend: [outbox.afterAppend],
+    beforeCommitting: [outbox.beforeCommitting],
   });
   return {
     config,
@@ -119,6 +129,7 @@ export function createStorage(
     redis,
     follower,
     writes,
+    webhookBacklog,
     observation,
     dependencies: { database, contentStore, ...(redis ? { redis: redis.health } : {}) },
     close: async () => {

@@ -2,7 +2,11 @@ import { type ColumnType, type Insertable, type Kysely, type Selectable, SqliteA
 import type { Environment } from '../schemas/api-key-format.js';
 import type { LifecycleStatus } from '../schemas/common.js';
 import type { ResourceKind, StorageBackend, VersionStatus } from '../schemas/playbook.js';
-import type { WebhookDeliveryStatus, WebhookEndpointStatus } from '../schemas/webhooks.js';
+import type {
+  WebhookDeliveryStatus,
+  WebhookEndpointStatus,
+  WebhookFailureReason,
+} from '../schemas/webhooks.js';
 
 /**
  * Table types, typed by the contract: a column that holds one of the contract's enums has that enum's
@@ -184,6 +188,13 @@ export interface WebhookEndpointTable {
   created_at: string;
   updated_at: string;
   failing_since: string | null;
+  /**
+   * Attempts that timed out in a row (D28): from three on, the endpoint is tried one attempt at a
+   * time with a short timeout, until a 2xx sets it back to 0.
+   */
+  timeouts_in_a_row: ColumnType<number, number | undefined, number>;
+  /** Its deliveries `pending`, kept with every change of one (webhooks/pending-bound.ts). */
+  pending_deliveries: ColumnType<number, number | undefined, number>;
 }
 
 /** One row per endpoint and change type it takes (`*` for every type), with the endpoint's account. */
@@ -224,6 +235,8 @@ export interface WebhookAttemptTable {
   duration_ms: number;
   error: string | null;
   next_attempt_at: string | null;
+  /** Why it failed, in one word; null when it succeeded, or when the row was kept without one. */
+  reason: WebhookFailureReason | null;
 }
 
 export interface Database {

@@ -94,6 +94,11 @@ const EnvSchema = Type.Object({
   PLAYBOOK_WEBHOOK_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 100, default: 10 }),
   PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY: Type.Integer({ minimum: 1, maximum: 100, default: 2 }),
   PLAYBOOK_WEBHOOK_DISABLE_AFTER_S: Type.Integer({ minimum: 1, maximum: 31_536_000, default: 432_000 }),
+  PLAYBOOK_WEBHOOK_MAX_PENDING_PER_ENDPOINT: Type.Integer({
+    minimum: 1,
+    maximum: 10_000_000,
+    default: 10_000,
+  }),
   LOG_LEVEL: Type.Union(
     ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
     { default: 'info' },
@@ -197,6 +202,8 @@ export interface WebhookConfig {
   readonly perEndpoint: number;
   /** How long an endpoint's attempts may fail, with no success, before it is disabled. */
   readonly disableAfterMs: number;
+  /** Deliveries pending to one endpoint at most: past it the oldest fail with `backlog_exceeded`. */
+  readonly maxPendingPerEndpoint: number;
 }
 
 /** A configuration value that stops the process; the message names the variable. */
@@ -341,6 +348,7 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
       concurrency: env.PLAYBOOK_WEBHOOK_CONCURRENCY,
       perEndpoint: env.PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY,
       disableAfterMs: env.PLAYBOOK_WEBHOOK_DISABLE_AFTER_S * 1000,
+      maxPendingPerEndpoint: env.PLAYBOOK_WEBHOOK_MAX_PENDING_PER_ENDPOINT,
     },
   };
   return deepFreeze(config);

@@ -417,7 +417,7 @@ export class Metrics {
     });
     this.webhookDeliveries = new Counter({
       name: 'playbook_webhook_deliveries_total',
-      help: 'Webhook deliveries finished, by outcome: succeeded, or failed once every retry had failed',
+      help: 'Webhook deliveries finished, by outcome: succeeded, or failed once every retry had failed or past the bound on what is pending to its endpoint',
       labelNames: ['outcome'] as const,
       registers,
     });

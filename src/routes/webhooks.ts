@@ -175,7 +175,7 @@ export function webhookRoutes(endpoints: WebhookEndpoints): FastifyPluginAsyncTy
         operationId: 'listWebhookDeliveries',
         summary: "List a webhook endpoint's delivery attempts, newest first",
         description:
-          'Each attempt to deliver an event: its event id and type, which attempt it was, the status the endpoint answered, how long it took, why it failed, and when the delivery is tried next. Attempts are kept for 30 days.',
+          'Each attempt to deliver an event: its event id and type, which attempt it was, the status the endpoint answered, how long it took, why it failed (in words, and in one word: reason), and when the delivery is tried next. A delivery given up unsent because more deliveries were pending to the endpoint than the deployment allows is listed as a failed attempt with the reason backlog_exceeded. Attempts are kept for 30 days.',
         tags,
         security,
         params: WebhookEndpointParams,
@@ -207,7 +207,7 @@ export function webhookRoutes(endpoints: WebhookEndpoints): FastifyPluginAsyncTy
           operationId: 'retryWebhookDelivery',
           summary: 'Send a delivery again, now',
           description:
-            'The delivery is due at once, with the same webhook-id, whether it failed, succeeded or is waiting for its next retry. A disabled endpoint is sent nothing (409 endpoint_disabled).',
+            'The delivery is due at once, with the same webhook-id, whether it failed (given up unsent past the backlog bound, backlog_exceeded, included), succeeded or is waiting for its next retry. A disabled endpoint is sent nothing (409 endpoint_disabled).',
           tags,
           security,
           params: WebhookDeliveryParams,

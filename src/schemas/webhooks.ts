@@ -35,6 +35,22 @@ export type WebhookDeliveryStatus = (typeof WEBHOOK_DELIVERY_STATUSES)[number];
 
 export const WEBHOOK_ATTEMPT_OUTCOMES = ['succeeded', 'failed'] as const;
 
+/**
+ * Why an attempt failed, in one word: the answer was not a 2xx (`status`), was a redirect, did not
+ * come in time, the connection failed (`network`) or the address was refused (`address`); or the
+ * delivery was given up unsent because its endpoint had more pending than the deployment allows
+ * (`backlog_exceeded`).
+ */
+export const WEBHOOK_FAILURE_REASONS = [
+  'status',
+  'redirect',
+  'timeout',
+  'network',
+  'address',
+  'backlog_exceeded',
+] as const;
+export type WebhookFailureReason = (typeof WEBHOOK_FAILURE_REASONS)[number];
+
 /** The longest URL an endpoint may have. */
 export const MAX_WEBHOOK_URL_LENGTH = 2048;
 
@@ -141,7 +157,7 @@ export const ListWebhookDeliveriesQuery = Type.Object({ ...PageQuery }, { additi
 const AttemptError = Type.String({
   maxLength: 300,
   description:
-    'why the attempt failed, when no 2xx came: a timeout, a refused or private address, a redirect, a lost connection',
+    'why the attempt failed, when no 2xx came: a timeout, a refused or private address, a redirect, a lost connection, or a backlog past its bound (not sent)',
 });
 
 /** A delivery: one event due to one endpoint, until it succeeds or its retries run out. */
@@ -157,7 +173,7 @@ export const WebhookDelivery = Type.Object(
     type: DeliveredType,
     status: StringEnum(WEBHOOK_DELIVERY_STATUSES, {
       description:
-        'pending: not yet delivered, an attempt is due; succeeded: a 2xx came; failed: every retry failed',
+        'pending: not yet delivered, an attempt is due; succeeded: a 2xx came; failed: every retry failed, or it was given up unsent when its endpoint had too many deliveries pending (its last attempt listed has the reason backlog_exceeded); a failed delivery can be sent again',
     }),
     attempts: Counter,
     nextAttemptAt: Type.Optional({ ...DateTime, description: 'when it is tried next, while pending' }),
@@ -177,7 +193,7 @@ export const WebhookDeliveryAttempt = Type.Object(
     attempt: Type.Integer({
       minimum: 1,
       maximum: 1000,
-      description: 'which attempt of the delivery, from 1',
+      description: 'which attempt of the delivery, from 1 (one given up unsent, backlog_exceeded, counts)',
     }),
     at: DateTime,
     outcome: StringEnum(WEBHOOK_ATTEMPT_OUTCOMES),
@@ -186,6 +202,12 @@ export const WebhookDeliveryAttempt = Type.Object(
     ),
     durationMs: Type.Integer({ minimum: 0, maximum: 600_000, description: 'how long the attempt took' }),
     error: Type.Optional(AttemptError),
+    reason: Type.Optional(
+      StringEnum(WEBHOOK_FAILURE_REASONS, {
+        description:
+          'why the attempt failed, in one word: status (not a 2xx), redirect, timeout, network, address (a refused or private address), or backlog_exceeded (not sent: more deliveries were pending to the endpoint than the deployment allows, and this was among the oldest; retry it to send it)',
+      }),
+    ),
     nextAttemptAt: Type.Optional({
       ...DateTime,
       description: 'when the delivery is tried again after this failure; absent when it is not',

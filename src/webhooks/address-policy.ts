@@ -1,4 +1,5 @@
-import { BlockList, isIP } from 'node:net';
+import { isIP } from 'node:net';
+import ipaddr from 'ipaddr.js';
 
 /**
  * Which addresses a webhook may connect to (D28): public unicast ones only. Everything else a server
@@ -6,8 +7,13 @@ import { BlockList, isIP } from 'node:net';
  * into its own network (server-side request forgery): loopback, private, carrier-grade NAT,
  * link-local (the cloud metadata service at 169.254.169.254 among them), unique-local, multicast,
  * unspecified, documentation, benchmarking and reserved ranges (IANA's special-purpose registries).
- * IPv6 addresses that embed an IPv4 one (IPv4-mapped `::ffff:a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4
- * `2002::/16`) are judged by the address they embed.
+ * IPv6 addresses that embed an IPv4 one for the internet to reach (IPv4-mapped `::ffff:a.b.c.d`,
+ * NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) are judged by the address they embed; IPv4-translated ones
+ * (`::ffff:0:a.b.c.d`, RFC 6052's SIIT form) and everything outside global unicast (`2000::/3`) are
+ * reserved, whatever they embed.
+ *
+ * The ranges are ipaddr.js's (the library proxy-addr and Fastify trust); this module only says what
+ * each of its range names means for a webhook, and a name it does not know is refused.
  */
 export type AddressClass =
   | 'public'
@@ -20,120 +26,75 @@ export type AddressClass =
   | 'multicast'
   | 'reserved';
 
-type Range = readonly [address: string, prefix: number];
+/** IPv4 range names of ipaddr.js, and what each is here; `unicast` is every other address. */
+const IPV4_CLASSES: Readonly<Record<string, AddressClass>> = {
+  unicast: 'public',
+  unspecified: 'unspecified',
+  broadcast: 'reserved',
+  multicast: 'multicast',
+  linkLocal: 'link-local',
+  loopback: 'loopback',
+  carrierGradeNat: 'carrier-grade-nat',
+  private: 'private',
+  reserved: 'reserved',
+  // Anycast services of the public internet (AS112 DNS sinks, AMT relays).
+  as112: 'public',
+  amt: 'public',
+};
 
-const RANGES: readonly (readonly [Exclude<AddressClass, 'public'>, 'ipv4' | 'ipv6', readonly Range[]])[] = [
-  ['unspecified', 'ipv4', [['0.0.0.0', 8]]],
-  ['loopback', 'ipv4', [['127.0.0.0', 8]]],
-  [
-    'private',
-    'ipv4',
-    [
-      ['10.0.0.0', 8],
-      ['172.16.0.0', 12],
-      ['192.168.0.0', 16],
-    ],
-  ],
-  ['carrier-grade-nat', 'ipv4', [['100.64.0.0', 10]]],
-  ['link-local', 'ipv4', [['169.254.0.0', 16]]],
-  ['multicast', 'ipv4', [['224.0.0.0', 4]]],
-  [
-    'reserved',
-    'ipv4',
-    [
-      ['192.0.0.0', 24], // IETF protocol assignments
-      ['192.0.2.0', 24], // documentation
-      ['192.88.99.0', 24], // 6to4 relay anycast
-      ['198.18.0.0', 15], // benchmarking
-      ['198.51.100.0', 24], // documentation
-      ['203.0.113.0', 24], // documentation
-      ['240.0.0.0', 4], // reserved, and the broadcast address
-    ],
-  ],
-  ['unspecified', 'ipv6', [['::', 128]]],
-  ['loopback', 'ipv6', [['::1', 128]]],
-  ['link-local', 'ipv6', [['fe80::', 10]]],
-  ['unique-local', 'ipv6', [['fc00::', 7]]],
-  ['multicast', 'ipv6', [['ff00::', 8]]],
-  [
-    'reserved',
-    'ipv6',
-    [
-      ['::', 96], // IPv4-compatible (deprecated)
-      ['64:ff9b:1::', 48], // local-use NAT64
-      ['100::', 64], // discard-only
-      ['2001::', 23], // IETF protocol assignments (Teredo among them)
-      ['2001:db8::', 32], // documentation
-      ['3fff::', 20], // documentation
-      ['5f00::', 16], // segment routing
-      ['fec0::', 10], // site-local (deprecated)
-    ],
-  ],
-];
+/** IPv6 range names of ipaddr.js that are an address class of their own; those that embed IPv4 aside. */
+const IPV6_CLASSES: Readonly<Record<string, AddressClass>> = {
+  unspecified: 'unspecified',
+  loopback: 'loopback',
+  linkLocal: 'link-local',
+  uniqueLocal: 'unique-local',
+  multicast: 'multicast',
+};
 
-const LISTS = RANGES.map(([kind, family, ranges]) => {
-  const list = new BlockList();
-  for (const [address, prefix] of ranges) list.addSubnet(address, prefix, family);
-  return [kind, family, list] as const;
-});
+/** Global unicast (`2000::/3`): the only IPv6 space the internet routes to a host of its own. */
+const GLOBAL_UNICAST = ipaddr.parseCIDR('2000::/3');
+const NAT64_WELL_KNOWN = ipaddr.parseCIDR('64:ff9b::/96');
 
-/** The eight 16-bit groups of an IPv6 address. */
-function groupsOf(address: string): number[] {
-  let text = address;
-  // A dotted IPv4 tail (`::ffff:127.0.0.1`) is two groups.
-  const dotted = /(\d+\.\d+\.\d+\.\d+)$/.exec(text);
-  if (dotted) {
-    const [a, b, c, d] = dotted[1]!.split('.').map(Number) as [number, number, number, number];
-    text = `${text.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
-  }
-  const [head = '', tail] = text.split('::');
-  const parse = (part: string) =>
-    part === '' ? [] : part.split(':').map((group) => Number.parseInt(group, 16));
-  const left = parse(head);
-  const right = tail === undefined ? [] : parse(tail);
-  return [...left, ...new Array<number>(8 - left.length - right.length).fill(0), ...right];
-}
-
-function ipv4Of(high: number, low: number): string {
-  return [high >> 8, high & 0xff, low >> 8, low & 0xff].join('.');
-}
-
-/** The IPv4 address an IPv6 one stands for, when it embeds one. */
-function embeddedIpv4(address: string): string | undefined {
-  const g = groupsOf(address);
-  // ::ffff:a.b.c.d (IPv4-mapped)
-  if (g.slice(0, 5).every((group) => group === 0) && g[5] === 0xffff) return ipv4Of(g[6]!, g[7]!);
-  // 64:ff9b::a.b.c.d (NAT64, well-known prefix)
-  if (g[0] === 0x64 && g[1] === 0xff9b && g.slice(2, 6).every((group) => group === 0)) {
-    return ipv4Of(g[6]!, g[7]!);
-  }
-  // 2002:aabb:ccdd::/48 (6to4)
-  if (g[0] === 0x2002) return ipv4Of(g[1]!, g[2]!);
+/** The IPv4 address an IPv6 one stands for on the internet, when it embeds one. */
+function embeddedIpv4(address: ipaddr.IPv6, range: string): ipaddr.IPv4 | undefined {
+  const [, b = 0, c = 0, , , , g = 0, h = 0] = address.parts;
+  const ipv4Of = (high: number, low: number) =>
+    new ipaddr.IPv4([high >> 8, high & 0xff, low >> 8, low & 0xff]);
+  if (range === 'ipv4Mapped') return address.toIPv4Address();
+  if (range === 'rfc6052' && address.match(NAT64_WELL_KNOWN)) return ipv4Of(g, h);
+  if (range === '6to4') return ipv4Of(b, c);
   return undefined;
 }
 
+function classifyIpv6(address: ipaddr.IPv6): AddressClass {
+  const range = address.range();
+  const embedded = embeddedIpv4(address, range);
+  if (embedded !== undefined) return IPV4_CLASSES[embedded.range()] ?? 'reserved';
+  const known = IPV6_CLASSES[range];
+  if (known !== undefined) return known;
+  // Every other named range (documentation, Teredo, benchmarking, ORCHID, discard, site-local, the
+  // IPv4-translated and local-use NAT64 forms…) is special-purpose; unnamed space outside 2000::/3 is
+  // not allocated to anyone.
+  return range === 'unicast' && address.match(GLOBAL_UNICAST) ? 'public' : 'reserved';
+}
+
 /**
- * What kind of address `address` is: an IP literal, IPv6 with or without brackets or a zone. Anything
- * that is not an IP address at all is `reserved`: never connected to.
+ * What kind of address `address` is: an IP literal in its standard form, IPv6 with or without
+ * brackets or a zone. Anything else (a name, or IPv4 written in octal, hex or as one number, which
+ * URLs and resolvers never hand over) is `reserved`: never connected to.
  *
  * @example
  * classifyAddress('169.254.169.254'); // 'link-local'
  * classifyAddress('::ffff:127.0.0.1'); // 'loopback'
+ * classifyAddress('::ffff:0:7f00:1'); // 'reserved' (IPv4-translated)
  * classifyAddress('93.184.216.34'); // 'public'
  */
 export function classifyAddress(address: string): AddressClass {
   const bare = address.replace(/^\[|\]$/g, '').replace(/%.*$/, '');
   const family = isIP(bare);
-  if (family === 0) return 'reserved';
-  if (family === 6) {
-    const embedded = embeddedIpv4(bare);
-    if (embedded !== undefined) return classifyAddress(embedded);
-  }
-  const type = family === 4 ? 'ipv4' : 'ipv6';
-  for (const [kind, listFamily, list] of LISTS) {
-    if (listFamily === type && list.check(bare, type)) return kind;
-  }
-  return 'public';
+  if (family === 4) return IPV4_CLASSES[ipaddr.IPv4.parse(bare).range()] ?? 'reserved';
+  if (family === 6) return classifyIpv6(ipaddr.IPv6.parse(bare));
+  return 'reserved';
 }
 
 /** Whether a webhook may connect to `address`. */

@@ -3,22 +3,25 @@ import type dns from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
 import type { FastifyBaseLogger } from 'fastify';
-import { LRUCache } from 'lru-cache';
 import { v7 } from 'uuid';
-import { type Change, SERVICE_NAMESPACE, toChange } from '../changes/change-log.js';
 import type { Db } from '../db/tables.js';
 import type { WebhookConfig } from '../foundation/config.js';
 import type { DeploymentKeys } from '../foundation/deployment-key.js';
 import { UnavailableError } from '../foundation/errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/tracing.js';
-import type { WebhookEvent } from '../schemas/webhooks.js';
+import { AttemptSlots } from './attempt-slots.js';
 import {
-  type AttemptRecord,
   type ClaimedDelivery,
   type ClaimRequest,
-  type DispatchTurnOutcome,
   type EndpointOfDelivery,
+  isSlow,
+  SLOW_TIMEOUT_MS,
+} from './claim.js';
+import { bodyOf, type EventSource, eventsOf } from './event-bodies.js';
+import {
+  type AttemptRecord,
+  type DispatchTurnOutcome,
   type Lease,
   nextDueAt,
   oldestPendingAgeSeconds,
@@ -32,8 +35,10 @@ import { type AttemptResult, postWebhook } from './webhook-request.js';
 /**
  * Makes the deliveries the outbox holds (D28), off the request path. Each instance works in turns: a
  * turn is one transaction that keeps the attempts ended since the last one and leases what is due, at
- * most as many deliveries as the instance has free slots (`concurrency`) and at most `perEndpoint` of
- * one endpoint in flight, so that an endpoint that answers slowly never holds every slot. A turn is
+ * most as many deliveries as the instance has free slots (`concurrency`), shared between the accounts
+ * and their endpoints as claim.ts says: in turns, half the slots at most for one account while
+ * another waits, at most `perEndpoint` of one endpoint in flight, one of an endpoint that keeps timing
+ * out (tried then with a short timeout), so that no endpoint and no account holds every slot. A turn is
  * taken when a change commits anywhere (the change follower says so), when an attempt ends, when a
  * retry falls due (a timer set for it) and every `pollMs` (a delivery whose lease lapsed, one made due
  * by another instance that stopped); a look that finds nothing due reads an index of SQLite's reader
@@ -74,46 +79,17 @@ const KEPT_FOR_MS = 30 * 86_400_000;
 const PRUNE_EVERY_MS = 3_600_000;
 /** How long a stop waits for attempts in flight before it lets their leases lapse. */
 const STOP_WAIT_MS = 5000;
-/** Endpoints remembered as quick to answer; one forgotten is held to its share until it answers again. */
-const QUICK_ENDPOINTS_KEPT = 10_000;
 /** Attempts kept per turn at most: a turn's transaction stays short whatever ended meanwhile. */
 const ATTEMPTS_PER_TURN = 500;
 const USER_AGENT = 'Playbook-Webhooks/1';
-
-/** The body of an event about `change`: for the account's own changes, all the log says of it. */
-export function eventOf(change: Change): WebhookEvent {
-  const own = change.namespace !== SERVICE_NAMESPACE;
-  return {
-    type: change.type,
-    timestamp: change.at,
-    data: {
-      id: change.id,
-      seq: change.seq,
-      ...(own ? { accountId: change.namespace } : {}),
-      owner: own ? 'account' : 'svc',
-      target: change.target,
-      // How the service's own content changed, and who changed it, is read from the content itself.
-      ...(own
-        ? {
-            summary: change.summary,
-            actor: change.actor,
-            ...(change.requestId === undefined ? {} : { requestId: change.requestId }),
-          }
-        : {}),
-    },
-  };
-}
 
 export class WebhookDispatcher {
   private readonly now: () => number;
   private readonly probe: Db;
   /** Attempts in flight and the keeping of their outcome: what a stop waits for. */
   private readonly pending = new Set<Promise<void>>();
-  /** Requests in flight, in all and by endpoint (when each started): the slots they hold. */
-  private requests = 0;
-  private readonly requestsByEndpoint = new Map<string, number[]>();
-  /** Endpoints whose last attempt here succeeded quickly: they may take any free slot. */
-  private readonly quick = new LRUCache<string, true>({ max: QUICK_ENDPOINTS_KEPT });
+  /** The slots the requests in flight hold. */
+  private readonly slots: AttemptSlots;
   private readonly agents = {
     http: new http.Agent({ keepAlive: true, maxSockets: 8 }),
     https: new https.Agent({ keepAlive: true, maxSockets: 8 }),
@@ -126,7 +102,7 @@ export class WebhookDispatcher {
   private again = false;
   /** Something may be due: the next turn looks (a change committed, a retry fell due, a poll). */
   private due = false;
-  /** The last claim left due deliveries for want of a slot or of an endpoint's share. */
+  /** The last claim left due deliveries for want of a slot, or of an endpoint's or an account's share. */
   private left = false;
   private stopped = true;
   private failing = false;
@@ -139,6 +115,9 @@ export class WebhookDispatcher {
   constructor(private readonly options: WebhookDispatcherOptions) {
     this.now = options.now ?? Date.now;
     this.probe = options.probe ?? options.db;
+    const { concurrency, timeoutMs } = options.config;
+    // A success within a quarter of the timeout, at most a second, is quick.
+    this.slots = new AttemptSlots(concurrency, Math.min(1000, timeoutMs / 4));
   }
 
   /** How long a claimed delivery stays this instance's: longer than any attempt can take. */
@@ -223,7 +202,7 @@ export class WebhookDispatcher {
   private async takeTurn(): Promise<void> {
     const nowMs = this.now();
     const now = new Date(nowMs).toISOString();
-    const free = this.stopped ? 0 : this.options.config.concurrency - this.requests;
+    const free = this.stopped ? 0 : this.slots.free;
     const ended = this.ended.splice(0, ATTEMPTS_PER_TURN);
     const drops = this.drops.splice(0);
     if (this.ended.length > 0) this.again = true;
@@ -245,16 +224,18 @@ export class WebhookDispatcher {
           if (next !== undefined && !dueNow) this.wakeAt(Date.parse(next));
         }
         if (dueNow) {
+          const { concurrency, perEndpoint } = this.options.config;
           claim = {
             now,
             leasedUntil: new Date(nowMs + this.leaseMs).toISOString(),
             token: randomUUID(),
             limit: free,
-            perEndpoint: this.options.config.perEndpoint,
-            unbounded: this.answeringQuickly(nowMs),
-            inFlight: new Map(
-              [...this.requestsByEndpoint].map(([endpointId, started]) => [endpointId, started.length]),
-            ),
+            perEndpoint,
+            perAccount: Math.max(1, Math.floor(concurrency / 2)),
+            unbounded: this.slots.answeringQuickly(nowMs),
+            inFlight: this.slots.inFlight(),
+            inFlightByAccount: this.slots.inFlightByAccount(),
+            lastServed: this.slots.lastServed,
           };
         }
       }
@@ -273,7 +254,7 @@ export class WebhookDispatcher {
     }
     for (const [i, entry] of ended.entries()) entry.kept(outcome.kept[i] ?? false);
     if (claim) {
-      // More is due than was leased: look again as soon as a slot, or an endpoint's share, frees.
+      // More is due than was leased: look again as soon as a slot, or a share, frees.
       this.left = outcome.left || outcome.claimed.length === claim.limit;
       if (outcome.claimed.length > 0) await this.send(outcome.claimed, claim.token);
     }
@@ -298,11 +279,11 @@ export class WebhookDispatcher {
   /** Starts an attempt of each delivery leased, with what it needs read at once for all of them. */
   private async send(claimed: readonly ClaimedDelivery[], token: string): Promise<void> {
     const startedMs = this.now();
-    const releases = claimed.map((delivery) => this.hold(delivery.endpoint_id, startedMs));
-    let context: { changes: ReadonlyMap<number, Change>; hidden: ReadonlySet<string>; keys: DeploymentKeys };
+    const releases = claimed.map((delivery) => this.hold(delivery.endpoint, startedMs));
+    let context: { events: EventSource; keys: DeploymentKeys };
     try {
-      const [changes, keys] = await Promise.all([this.changesOf(claimed), this.options.keys()]);
-      context = { changes, hidden: await this.hiddenTargets(changes), keys };
+      const [events, keys] = await Promise.all([eventsOf(this.probe, claimed), this.options.keys()]);
+      context = { events, keys };
     } catch (error) {
       // The leases lapse, and the deliveries are made then, by whichever instance.
       for (const release of releases) release();
@@ -320,110 +301,32 @@ export class WebhookDispatcher {
     }
   }
 
-  /**
-   * An attempt that succeeded within this time, with none of its endpoint's still waiting longer, lets
-   * the endpoint take any free slot; until then, and from the moment one of its attempts fails or takes
-   * longer, it has its share (`perEndpoint`). A slow or failing endpoint thus holds its share of the
-   * slots, never all of them, and a quick one is not held to a share that its answers' time would make
-   * a bottleneck.
-   */
-  private get quickMs(): number {
-    return Math.min(1000, this.options.config.timeoutMs / 4);
-  }
-
-  private answeringQuickly(nowMs: number): Set<string> {
-    const quick = new Set<string>();
-    for (const endpointId of this.quick.keys()) {
-      const started = this.requestsByEndpoint.get(endpointId) ?? [];
-      if (started.every((at) => nowMs - at < this.quickMs)) quick.add(endpointId);
-    }
-    return quick;
-  }
-
   /** Counts a request that starts; returns what ends it, which frees its slot for what was left. */
-  private hold(endpointId: string, startedMs: number): () => void {
-    this.requests++;
-    const started = this.requestsByEndpoint.get(endpointId) ?? [];
-    started.push(startedMs);
-    this.requestsByEndpoint.set(endpointId, started);
+  private hold(endpoint: EndpointOfDelivery, startedMs: number): () => void {
+    const release = this.slots.hold(endpoint.id, endpoint.account_id, startedMs);
     return () => {
-      this.requests--;
-      started.splice(started.indexOf(startedMs), 1);
-      if (started.length === 0) this.requestsByEndpoint.delete(endpointId);
+      release();
       if (this.left && !this.stopped) this.due = true;
     };
-  }
-
-  private async changesOf(claimed: readonly ClaimedDelivery[]): Promise<Map<number, Change>> {
-    const seqs = claimed.flatMap((delivery) =>
-      delivery.change_seq === null ? [] : [Number(delivery.change_seq)],
-    );
-    if (seqs.length === 0) return new Map();
-    const rows = await this.probe.selectFrom('changes').selectAll().where('seq', 'in', seqs).execute();
-    return new Map(rows.map((row) => [Number(row.seq), toChange(row)]));
-  }
-  /**
-   * The service's Catalogs and Resources among the targets that no account may see now (D5: the
-   * service's drafts): their changes are not told to anyone.
-   */
-  private async hiddenTargets(changes: ReadonlyMap<number, Change>): Promise<Set<string>> {
-    const service = [...changes.values()].filter((change) => change.namespace === SERVICE_NAMESPACE);
-    const catalogIds = service.filter((c) => c.target.kind === 'catalog').map((c) => c.target.id);
-    const resourceIds = service.filter((c) => c.target.kind === 'resource').map((c) => c.target.id);
-    const visible = new Set<string>();
-    if (catalogIds.length > 0) {
-      const rows = await this.probe
-        .selectFrom('catalogs')
-        .select('id')
-        .where('id', 'in', catalogIds)
-        .where('status', '<>', 'draft')
-        .execute();
-      for (const row of rows) visible.add(row.id);
-    }
-    if (resourceIds.length > 0) {
-      const rows = await this.probe
-        .selectFrom('resources as r')
-        .innerJoin('catalogs as c', 'c.id', 'r.catalog_id')
-        .select('r.id')
-        .where('r.id', 'in', resourceIds)
-        .where('r.status', '<>', 'draft')
-        .where('c.status', '<>', 'draft')
-        .execute();
-      for (const row of rows) visible.add(row.id);
-    }
-    return new Set([...catalogIds, ...resourceIds].filter((id) => !visible.has(id)));
   }
 
   private async deliver(
     delivery: ClaimedDelivery,
     token: string,
-    context: {
-      changes: ReadonlyMap<number, Change>;
-      hidden: ReadonlySet<string>;
-      keys: DeploymentKeys;
-    },
+    context: { events: EventSource; keys: DeploymentKeys },
     release: () => void,
   ): Promise<void> {
     const { endpoint } = delivery;
-    let body: string;
     let result: AttemptResult;
     const startedMs = this.now();
     try {
-      if (delivery.change_seq === null) {
-        body = delivery.payload ?? '{}';
-      } else {
-        const change = context.changes.get(Number(delivery.change_seq));
-        if (!change || (change.namespace === SERVICE_NAMESPACE && context.hidden.has(change.target.id))) {
-          this.drops.push({ deliveryId: delivery.id, token });
-          return;
-        }
-        body = JSON.stringify(eventOf(change));
+      const body = bodyOf(delivery, context.events);
+      if (body === undefined) {
+        this.drops.push({ deliveryId: delivery.id, token });
+        return;
       }
       result = await this.attempt(delivery, endpoint, body, context.keys, startedMs);
-      // Only a success answered in time makes an endpoint quick: one that fails, however fast, is held
-      // to its share, so that its retries never crowd out the deliveries of the others.
-      if (result.ok && result.durationMs < this.quickMs) this.quick.set(endpoint.id, true);
-      else this.quick.delete(endpoint.id);
+      this.slots.ended(endpoint.id, result.ok, result.durationMs);
     } finally {
       release();
       this.turn();
@@ -444,6 +347,7 @@ export class WebhookDispatcher {
       statusCode: result.statusCode,
       durationMs: result.durationMs,
       error: result.error,
+      reason: result.failure,
       nextAttemptAt,
     });
     if (nextAttemptAt !== undefined && kept) this.wakeAt(Date.parse(nextAttemptAt));
@@ -494,8 +398,10 @@ export class WebhookDispatcher {
       'webhook-timestamp': String(timestamp),
       'webhook-signature': signDelivery(signingKeyOf(secret), delivery.event_id, timestamp, body),
     };
+    const { timeoutMs } = this.options.config;
     return postWebhook(endpoint.url, headers, body, {
-      timeoutMs: this.options.config.timeoutMs,
+      // An endpoint that keeps timing out holds a slot for less time, until it answers again.
+      timeoutMs: isSlow(endpoint) ? Math.min(timeoutMs, SLOW_TIMEOUT_MS) : timeoutMs,
       allowHttp: this.options.config.allowHttp,
       allowPrivate: this.options.config.allowPrivate,
       agents: this.agents,

@@ -1,16 +1,20 @@
 import { type RawBuilder, sql } from 'kysely';
-import type { AppendedChanges } from '../changes/unit-of-work.js';
+import type { AppendedChanges, AppendHook, CommitHook } from '../changes/unit-of-work.js';
 import { chunk, MAX_IN_LIST, rowsPerInsert } from '../db/batches.js';
 import { deferredFlushTransaction } from '../db/deferred-flush.js';
-import { type Db, dialectOf, type WebhookDeliveryRow, type WebhookEndpointRow } from '../db/tables.js';
+import type { Db } from '../db/tables.js';
 import { CHANGE_TYPES } from '../schemas/audit.js';
 import { EVERY_EVENT, type WebhookDeliveryStatus } from '../schemas/webhooks.js';
+import { type ClaimedDelivery, type ClaimRequest, claimDue, SLOW_AFTER_TIMEOUTS } from './claim.js';
+import { deliveriesBy, newUuid, PENDING } from './delivery-rows.js';
+import type { PendingBound } from './pending-bound.js';
+import type { AttemptFailure } from './webhook-request.js';
 
 /**
  * The webhook outbox (D28): what is due to each endpoint is written with the change that makes it
  * due, in the same transaction, so that no change is delivered that did not commit and none that did
  * is lost, whatever happens to the process after the commit. Delivering is another matter, for the
- * dispatcher (dispatcher.ts), which leases what is due.
+ * dispatcher (dispatcher.ts), which leases what is due (claim.ts).
  */
 
 /** The changes of the service's own namespace that an account's endpoints receive. */
@@ -18,49 +22,16 @@ export const SERVICE_EVENT_TYPES = CHANGE_TYPES.filter(
   (type) => type.startsWith('catalog.') || type.startsWith('resource.'),
 );
 
-/** Attempts kept per insert statement (10 values each). */
-const ATTEMPTS_PER_INSERT = Math.min(500, rowsPerInsert(10));
-
-const isPostgres = (db: Db) => dialectOf(db) === 'postgres';
-
-const PENDING = sql.lit<'pending'>('pending');
+/** Attempts kept per insert statement (11 values each). */
+const ATTEMPTS_PER_INSERT = Math.min(500, rowsPerInsert(11));
 
 /**
- * The deliveries as `d`, read on SQLite by the index of those pending by when they are due. Without
- * statistics SQLite's planner takes the index by status instead, and sorts every pending delivery to
- * find the first due: after a service import with 500 endpoints subscribed (50,000 deliveries) that
- * was a tenth of a second of the event loop for each look and each claim, a few per delivery made.
- * PostgreSQL's planner has its statistics. The index's condition must be written as it is, a literal
- * (PENDING), for SQLite to see that it holds.
+ * `columns` of each pair of an appended change and an enabled endpoint that takes it: an account's
+ * endpoints take its own changes, and the service's Catalog and Resource changes. The database joins
+ * the appended changes with the subscriptions, by index.
  */
-function deliveriesByDue(db: Db) {
-  return sql<WebhookDeliveryRow>`webhook_deliveries`.as<'d'>(
-    isPostgres(db) ? sql`d` : sql`d indexed by webhook_deliveries_due`,
-  );
-}
-
-/** A random id in UUID form, made by the database for each row of a set-based insert. */
-function newUuid(db: Db): RawBuilder<string> {
-  return isPostgres(db)
-    ? sql<string>`gen_random_uuid()::text`
-    : sql<string>`lower(hex(randomblob(4))) || '-' || lower(hex(randomblob(2))) || '-4' ||
-        substr(lower(hex(randomblob(2))), 2) || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) ||
-        substr(lower(hex(randomblob(2))), 2) || '-' || lower(hex(randomblob(6)))`;
-}
-
-/**
- * Makes the changes just appended due to every enabled endpoint that takes them: an account's
- * endpoints take its own changes, and the service's Catalog and Resource changes. One statement per
- * append, whatever the number of changes or endpoints: the database joins the appended changes with
- * the subscriptions (by index) and inserts the deliveries itself.
- */
-export async function enqueueDeliveries(trx: Db, appended: AppendedChanges): Promise<void> {
-  const { firstSeq, lastSeq } = appended;
-  const id = newUuid(trx);
-  const columns = sql`${id}, s.endpoint_id, c.seq, c.id, c.type, 'pending', 0, c.at, c.at, c.at`;
-  await sql`insert into webhook_deliveries
-      (id, endpoint_id, change_seq, event_id, event_type, status, attempts, next_attempt_at, created_at, updated_at)
-    select ${columns}
+function subscribed(columns: RawBuilder<unknown>, { firstSeq, lastSeq }: AppendedChanges) {
+  return sql`select ${columns}
       from changes c
       join webhook_subscriptions s on s.account_id = c.namespace and s.event_type in (c.type, ${EVERY_EVENT})
       join webhook_endpoints e on e.id = s.endpoint_id and e.status = 'enabled'
@@ -71,7 +42,51 @@ export async function enqueueDeliveries(trx: Db, appended: AppendedChanges): Pro
       join webhook_subscriptions s on s.event_type in (c.type, ${EVERY_EVENT})
       join webhook_endpoints e on e.id = s.endpoint_id and e.status = 'enabled'
       where c.seq between ${firstSeq} and ${lastSeq}
-        and c.namespace = 'svc' and c.type in (${sql.join(SERVICE_EVENT_TYPES)})`.execute(trx);
+        and c.namespace = 'svc' and c.type in (${sql.join(SERVICE_EVENT_TYPES)})`;
+}
+
+/** What a write's deliveries add to its endpoints' pending counts, gathered until it commits. */
+export interface DeliveryOutbox {
+  /** Makes the changes just appended due to every enabled endpoint that takes them. */
+  readonly afterAppend: AppendHook;
+  /** Adds what the write made due to each endpoint's pending count, and bounds it. */
+  readonly beforeCommitting: CommitHook;
+}
+
+/**
+ * The hooks of the unit of work that make changes due (D28): one set-based insert per append, whatever
+ * the number of changes or endpoints, and what each endpoint was given counted; then, once, just
+ * before the write commits, the counts added to the endpoints' rows, past whose bound their oldest fail
+ * (pending-bound.ts). The endpoints' rows are locked for the commit only, so that the dispatcher's
+ * turns, which update them too, never wait out a long write.
+ */
+export function deliveryOutbox(bound: PendingBound): DeliveryOutbox {
+  // By transaction: a write tried again starts from nothing.
+  const added = new WeakMap<Db, Map<string, number>>();
+  return {
+    afterAppend: async (trx, appended) => {
+      const id = newUuid(trx);
+      const columns = sql`${id}, s.endpoint_id, c.seq, c.id, c.type, 'pending', 0, c.at, c.at, c.at`;
+      const inserted = await sql`insert into webhook_deliveries
+          (id, endpoint_id, change_seq, event_id, event_type, status, attempts, next_attempt_at, created_at, updated_at)
+        ${subscribed(columns, appended)}`.execute(trx);
+      if (Number(inserted.numAffectedRows ?? 0) === 0) return;
+      const { rows } = await sql<{
+        endpoint_id: string;
+        n: number | string;
+      }>`select endpoint_id, count(*) as n
+        from (${subscribed(sql`s.endpoint_id`, appended)}) due group by endpoint_id`.execute(trx);
+      const counts = added.get(trx) ?? new Map<string, number>();
+      for (const row of rows) counts.set(row.endpoint_id, (counts.get(row.endpoint_id) ?? 0) + Number(row.n));
+      added.set(trx, counts);
+    },
+    beforeCommitting: async (trx) => {
+      const counts = added.get(trx);
+      if (counts === undefined) return;
+      added.delete(trx);
+      await bound.add(trx, counts);
+    },
+  };
 }
 
 /**
@@ -82,7 +97,7 @@ export async function enqueueDeliveries(trx: Db, appended: AppendedChanges): Pro
  */
 export async function nextDueAt(db: Db, now: string): Promise<string | undefined> {
   const row = await db
-    .selectFrom(deliveriesByDue(db))
+    .selectFrom(deliveriesBy(db, 'webhook_deliveries_due'))
     .innerJoin('webhook_endpoints as e', (join) =>
       join.onRef('e.id', '=', 'd.endpoint_id').on('e.status', '=', 'enabled'),
     )
@@ -93,20 +108,6 @@ export async function nextDueAt(db: Db, now: string): Promise<string | undefined
     .limit(1)
     .executeTakeFirst();
   return row?.next_attempt_at;
-}
-
-/** What an attempt needs of its endpoint, read with the claim. */
-export type EndpointOfDelivery = Pick<
-  WebhookEndpointRow,
-  'id' | 'account_id' | 'url' | 'secret_sealed' | 'secret_key_id' | 'failing_since'
->;
-
-export interface ClaimedDelivery
-  extends Pick<
-    WebhookDeliveryRow,
-    'id' | 'endpoint_id' | 'change_seq' | 'event_id' | 'event_type' | 'payload' | 'attempts'
-  > {
-  readonly endpoint: EndpointOfDelivery;
 }
 
 /** A delivery this instance leased, named by the lease's token. */
@@ -128,23 +129,10 @@ export interface AttemptRecord {
   readonly statusCode?: number | undefined;
   readonly durationMs: number;
   readonly error?: string | undefined;
+  /** Why it failed, in one word; undefined when it succeeded. */
+  readonly reason?: AttemptFailure | undefined;
   /** When the delivery is due again; undefined when it succeeded or has no retry left. */
   readonly nextAttemptAt?: string | undefined;
-}
-
-/** Deliveries to lease: the oldest due first, within the instance's free slots and each endpoint's share. */
-export interface ClaimRequest {
-  readonly now: string;
-  readonly leasedUntil: string;
-  readonly token: string;
-  /** The most deliveries leased (the instance's free slots). */
-  readonly limit: number;
-  /** The most attempts in flight at once from this instance to one endpoint not in `unbounded`. */
-  readonly perEndpoint: number;
-  /** Endpoints that may take any free slot (they answer quickly). */
-  readonly unbounded: ReadonlySet<string>;
-  /** This instance's attempts in flight, by endpoint. */
-  readonly inFlight: ReadonlyMap<string, number>;
 }
 
 /** What the dispatcher writes in one of its turns: all of it in one transaction. */
@@ -161,37 +149,47 @@ export interface DispatchTurnOutcome {
   /** Per attempt, whether this instance still held its lease (its delivery moved on). */
   readonly kept: readonly boolean[];
   readonly claimed: readonly ClaimedDelivery[];
-  /** Whether due deliveries were left for want of a free slot or of an endpoint's share. */
+  /** Whether due deliveries were left for want of a free slot or of an endpoint's or an account's share. */
   readonly left: boolean;
 }
 
 /**
  * One turn of the dispatcher, in one transaction: keeps the attempts that ended and moves their
- * deliveries on (succeeded, due again, or failed), follows their endpoints' runs of failures, drops
- * what is not to be sent, and leases what is due. At a hundred events a second a delivery then costs a
- * share of one commit rather than two commits of its own, and on SQLite that commit does not wait for
- * the disk (see deferred-flush.ts): a power cut may take a turn back, and what it recorded is then sent
- * again, never lost, while every instance that could have held its leases went down with the machine.
+ * deliveries on (succeeded, due again, or failed), follows their endpoints (runs of failures and of
+ * timeouts, what is pending), drops what is not to be sent, and leases what is due. At a hundred
+ * events a second a delivery then costs a share of one commit rather than two commits of its own, and
+ * on SQLite that commit does not wait for the disk (see deferred-flush.ts): a power cut may take a
+ * turn back, and what it recorded is then sent again, never lost, while every instance that could
+ * have held its leases went down with the machine.
  */
 export async function takeDispatchTurn(db: Db, turn: DispatchTurn): Promise<DispatchTurnOutcome> {
   return deferredFlushTransaction(db, async (trx) => {
-    const kept = await recordAttempts(trx, turn.attempts);
-    await followEndpointRuns(trx, turn.attempts);
+    const { kept, finished } = await recordAttempts(trx, turn.attempts);
     for (const { deliveryId, token } of turn.drops) {
-      await trx
+      const dropped = await trx
         .deleteFrom('webhook_deliveries')
         .where('id', '=', deliveryId)
         .where('lease_token', '=', token)
-        .execute();
+        .returning('endpoint_id')
+        .executeTakeFirst();
+      if (dropped) finished.set(dropped.endpoint_id, (finished.get(dropped.endpoint_id) ?? 0) + 1);
     }
+    await followEndpoints(trx, turn.attempts, finished);
     const { claimed, left } = turn.claim ? await claimDue(trx, turn.claim) : { claimed: [], left: false };
     return { kept, claimed, left };
   });
 }
 
-/** Keeps each attempt; moves its delivery on only if this instance still holds the lease it was made under. */
-async function recordAttempts(trx: Db, records: readonly AttemptRecord[]): Promise<boolean[]> {
-  if (records.length === 0) return [];
+/**
+ * Keeps each attempt; moves its delivery on only if this instance still holds the lease it was made
+ * under. Says which were kept, and how many deliveries of each endpoint are no longer pending.
+ */
+async function recordAttempts(
+  trx: Db,
+  records: readonly AttemptRecord[],
+): Promise<{ kept: boolean[]; finished: Map<string, number> }> {
+  const finished = new Map<string, number>();
+  if (records.length === 0) return { kept: [], finished };
   // A delivery deleted meanwhile (with its endpoint) takes its attempts with it: none is kept for it.
   const existing = new Set<string>();
   for (const ids of chunk([...new Set(records.map((record) => record.deliveryId))], MAX_IN_LIST)) {
@@ -217,6 +215,7 @@ async function recordAttempts(trx: Db, records: readonly AttemptRecord[]): Promi
           duration_ms: record.durationMs,
           error: record.error ?? null,
           next_attempt_at: record.nextAttemptAt ?? null,
+          reason: record.reason ?? null,
         })),
       )
       .execute();
@@ -244,143 +243,79 @@ async function recordAttempts(trx: Db, records: readonly AttemptRecord[]): Promi
       .where('id', '=', record.deliveryId)
       .where('lease_token', '=', record.token)
       .executeTakeFirst();
-    kept.push(Number(moved.numUpdatedRows) > 0);
-  }
-  return kept;
-}
-
-/**
- * A success ends an endpoint's run of failures; a failure starts one, at its time, unless one runs
- * already. Of an endpoint's attempts in one turn, the last decides, and the run starts at the first
- * failure after its last success.
- */
-async function followEndpointRuns(trx: Db, records: readonly AttemptRecord[]): Promise<void> {
-  const runs = new Map<string, string | null>();
-  for (const record of records) {
-    if (record.ok) runs.set(record.endpointId, null);
-    else if (!runs.get(record.endpointId)) runs.set(record.endpointId, record.at);
-  }
-  const recovered = [...runs].filter(([, since]) => since === null).map(([id]) => id);
-  if (recovered.length > 0) {
-    await trx
-      .updateTable('webhook_endpoints')
-      .set({ failing_since: null })
-      .where('id', 'in', recovered)
-      .where('failing_since', 'is not', null)
-      .execute();
-  }
-  for (const [endpointId, since] of runs) {
-    if (since === null) continue;
-    await trx
-      .updateTable('webhook_endpoints')
-      .set({ failing_since: since })
-      .where('id', '=', endpointId)
-      .where('failing_since', 'is', null)
-      .execute();
-  }
-}
-
-/** Due deliveries looked at per statement of a claim, beyond those it may lease. */
-const CLAIM_WINDOW_FACTOR = 4;
-/** Statements one claim makes at most while endpoints at their share hide what lies behind them. */
-const CLAIM_ROUNDS = 8;
-
-/**
- * Leases up to `limit` deliveries that are due, of enabled endpoints, oldest due first, until
- * `leasedUntil`, under `token`, and at most `perEndpoint` in flight per endpoint (counting this
- * instance's attempts in flight) unless the endpoint is `unbounded`: an endpoint that answers slowly
- * or fails holds that many slots, never all of them. On PostgreSQL rows another instance is claiming
- * are skipped (`SKIP LOCKED`); SQLite has one writer at a time. A lease that lapses (its instance
- * died, or hangs) makes the delivery due again, to any instance.
- *
- * The due deliveries are read oldest first, a window at a time; an endpoint whose share is taken is
- * left out of the next window, so that one endpoint's backlog never hides another's deliveries.
- */
-async function claimDue(
-  trx: Db,
-  request: ClaimRequest,
-): Promise<{ claimed: ClaimedDelivery[]; left: boolean }> {
-  const { now, limit, perEndpoint, unbounded } = request;
-  const share = new Map(request.inFlight);
-  const shareOf = (endpointId: string) =>
-    unbounded.has(endpointId) ? Number.POSITIVE_INFINITY : perEndpoint;
-  const full = new Set([...share].filter(([id, n]) => n >= shareOf(id)).map(([id]) => id));
-  const chosen: ClaimedDelivery[] = [];
-  const window = Math.max(limit, 1) * CLAIM_WINDOW_FACTOR;
-  let left = false;
-  for (let round = 0; round < CLAIM_ROUNDS && chosen.length < limit; round++) {
-    const taken = new Set(chosen.map((delivery) => delivery.id));
-    const rows = await trx
-      .selectFrom(deliveriesByDue(trx))
-      .innerJoin('webhook_endpoints as e', (join) =>
-        join.onRef('e.id', '=', 'd.endpoint_id').on('e.status', '=', 'enabled'),
-      )
-      .select([
-        'd.id',
-        'd.endpoint_id',
-        'd.change_seq',
-        'd.event_id',
-        'd.event_type',
-        'd.payload',
-        'd.attempts',
-        'e.account_id',
-        'e.url',
-        'e.secret_sealed',
-        'e.secret_key_id',
-        'e.failing_since',
-      ])
-      .where('d.status', '=', PENDING)
-      .where('d.next_attempt_at', '<=', now)
-      .where((eb) => eb.or([eb('d.leased_until', 'is', null), eb('d.leased_until', '<=', now)]))
-      .$if(full.size > 0, (qb) => qb.where('d.endpoint_id', 'not in', [...full]))
-      .$if(taken.size > 0, (qb) => qb.where('d.id', 'not in', [...taken]))
-      .orderBy('d.next_attempt_at')
-      .limit(window)
-      .$if(isPostgres(trx), (qb) => qb.forUpdate('d').skipLocked())
-      .execute();
-    const fullBefore = full.size;
-    for (const row of rows) {
-      const held = share.get(row.endpoint_id) ?? 0;
-      if (held >= shareOf(row.endpoint_id) || chosen.length >= limit) {
-        left = true;
-        continue;
-      }
-      share.set(row.endpoint_id, held + 1);
-      if (held + 1 >= shareOf(row.endpoint_id)) full.add(row.endpoint_id);
-      chosen.push({
-        id: row.id,
-        endpoint_id: row.endpoint_id,
-        change_seq: row.change_seq,
-        event_id: row.event_id,
-        event_type: row.event_type,
-        payload: row.payload,
-        attempts: row.attempts,
-        endpoint: {
-          id: row.endpoint_id,
-          account_id: row.account_id,
-          url: row.url,
-          secret_sealed: row.secret_sealed,
-          secret_key_id: row.secret_key_id,
-          failing_since: row.failing_since,
-        },
-      });
+    const wasMoved = Number(moved.numUpdatedRows) > 0;
+    kept.push(wasMoved);
+    if (wasMoved && status !== 'pending') {
+      finished.set(record.endpointId, (finished.get(record.endpointId) ?? 0) + 1);
     }
-    // The window held every due delivery there is, or what it left out is behind no endpoint that
-    // filled up meanwhile: the next window would show nothing more to lease.
-    if (rows.length < window || full.size === fullBefore) break;
   }
-  if (chosen.length > 0) {
+  return { kept, finished };
+}
+
+/**
+ * Follows each endpoint that attempts ended for, or whose deliveries stopped being pending, with one
+ * statement each, in the order of their ids (as the outbox's insert locks them on PostgreSQL):
+ *
+ * - its run of failures: a success ends it; a failure starts one, at its time, unless one runs;
+ * - its run of timeouts (`timeouts_in_a_row`): a timeout adds one, a 2xx ends it, another failure
+ *   ends it unless it has reached `SLOW_AFTER_TIMEOUTS` (only a 2xx ends that);
+ * - its pending count, less what finished.
+ *
+ * Of an endpoint's attempts in one turn, each counts in the order they ended.
+ */
+async function followEndpoints(
+  trx: Db,
+  records: readonly AttemptRecord[],
+  finished: ReadonlyMap<string, number>,
+): Promise<void> {
+  const outcomes = new Map<string, AttemptRecord[]>();
+  for (const record of records)
+    outcomes.set(record.endpointId, [...(outcomes.get(record.endpointId) ?? []), record]);
+  const ids = [...new Set([...outcomes.keys(), ...finished.keys()])].sort();
+  for (const id of ids) {
+    const ended = outcomes.get(id) ?? [];
+    const done = finished.get(id) ?? 0;
     await trx
-      .updateTable('webhook_deliveries')
-      .set({ leased_until: request.leasedUntil, lease_token: request.token })
-      .where(
-        'id',
-        'in',
-        chosen.map((delivery) => delivery.id),
-      )
+      .updateTable('webhook_endpoints')
+      .set((eb) => ({
+        ...(ended.length === 0
+          ? {}
+          : { failing_since: failingSince(ended), timeouts_in_a_row: timeoutRun(ended) }),
+        ...(done === 0 ? {} : { pending_deliveries: eb('pending_deliveries', '-', done) }),
+      }))
+      .where('id', '=', id)
       .execute();
   }
-  return { claimed: chosen, left };
+}
+
+/** The endpoint's run of failures after `ended`: from its first failure since its last success. */
+function failingSince(ended: readonly AttemptRecord[]) {
+  const lastSuccess = ended.findLastIndex((record) => record.ok);
+  const firstFailure = ended.slice(lastSuccess + 1)[0]?.at;
+  if (lastSuccess >= 0) return firstFailure ?? null;
+  return sql<string>`coalesce(failing_since, ${firstFailure ?? null})`;
+}
+
+/**
+ * The endpoint's run of timeouts after `ended`, as a value or, when none of them succeeded, as what
+ * it becomes from each run it may have had before (below the threshold a failure other than a timeout
+ * ends it; from there only a 2xx does).
+ */
+function timeoutRun(ended: readonly AttemptRecord[]) {
+  const after = (start: number) =>
+    ended.reduce(
+      (run, record) =>
+        record.ok ? 0 : record.reason === 'timeout' ? run + 1 : run >= SLOW_AFTER_TIMEOUTS ? run : 0,
+      start,
+    );
+  if (ended.some((record) => record.ok)) return after(0);
+  const timeouts = ended.filter((record) => record.reason === 'timeout').length;
+  const below = Array.from(
+    { length: SLOW_AFTER_TIMEOUTS },
+    (_, start) => sql`when ${start} then cast(${after(start)} as integer)`,
+  );
+  return sql<number>`case when timeouts_in_a_row >= ${SLOW_AFTER_TIMEOUTS} then timeouts_in_a_row + ${timeouts}
+    else case timeouts_in_a_row ${sql.join(below, sql` `)} else 0 end end`;
 }
 
 /** The age in seconds of the oldest delivery due to an enabled endpoint and not yet made; 0 if none. */

@@ -21,6 +21,7 @@ import {
   type WebhookEndpointPage,
 } from '../schemas/webhooks.js';
 import { checkEndpointUrl, type EndpointUrlRules } from './endpoint-url.js';
+import type { PendingBound } from './pending-bound.js';
 import { generateSigningSecret, sealSecret } from './signing-secret.js';
 
 /**
@@ -38,6 +39,8 @@ export interface WebhookEndpointsOptions {
   readonly now?: () => number;
   /** Told when a delivery became due outside a change (a retry, a test): the dispatcher looks now. */
   readonly onDue?: () => void;
+  /** What is pending to an endpoint, counted and bounded: a test or a retry adds to it. */
+  readonly pending: PendingBound;
 }
 
 /** The one mapper from a stored endpoint to its API shape: never its secret. */
@@ -81,6 +84,7 @@ function toAttempt(row: AttemptWithEvent): WebhookDeliveryAttempt {
     ...(row.status_code === null ? {} : { statusCode: row.status_code }),
     durationMs: row.duration_ms,
     ...(row.error === null ? {} : { error: row.error }),
+    ...(row.reason === null ? {} : { reason: row.reason }),
     ...(row.next_attempt_at === null ? {} : { nextAttemptAt: row.next_attempt_at }),
   };
 }
@@ -142,6 +146,8 @@ export class WebhookEndpoints {
       created_at: at,
       updated_at: at,
       failing_since: null,
+      timeouts_in_a_row: 0,
+      pending_deliveries: 0,
     };
     await this.options.writes.run('webhook-endpoint', writerOf(user, at), async (write) => {
       if (await createAccountIfAbsent(write.db, input.accountId, at)) {
@@ -319,13 +325,7 @@ export class WebhookEndpoints {
     const endpoint = await this.ownEndpoint(this.db, user, endpointId);
     mustBeEnabled(endpoint);
     const at = new Date(this.now()).toISOString();
-    const updated = await this.db
-      .updateTable('webhook_deliveries')
-      .set({ status: 'pending', next_attempt_at: at, updated_at: at })
-      .where('id', '=', deliveryId)
-      .where('endpoint_id', '=', endpointId)
-      .returningAll()
-      .executeTakeFirst();
+    const updated = await this.options.pending.makeDue(this.db, endpointId, deliveryId, at);
     if (!updated) throw new NotFoundError('no such delivery of this webhook endpoint');
     this.options.onDue?.();
     return toWebhookDelivery(updated);
@@ -362,7 +362,7 @@ export class WebhookEndpoints {
       created_at: at,
       updated_at: at,
     };
-    await this.db.insertInto('webhook_deliveries').values(row).execute();
+    await this.options.pending.insert(this.db, row);
     this.options.onDue?.();
     return toWebhookDelivery(row);
   }

@@ -3,6 +3,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { isIP, type LookupFunction, type Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
+import type { WebhookFailureReason } from '../schemas/webhooks.js';
 import { isPublicAddress } from './address-policy.js';
 
 /**
@@ -17,8 +18,8 @@ import { isPublicAddress } from './address-policy.js';
  *   64 KiB of the answer is read before the connection is dropped.
  */
 
-/** Why an attempt failed, in one word of a fixed set: a metric's label. */
-export type AttemptFailure = 'status' | 'redirect' | 'timeout' | 'network' | 'address';
+/** Why an attempt that was made failed, in one word of a fixed set: listed, and a metric's label. */
+export type AttemptFailure = Exclude<WebhookFailureReason, 'backlog_exceeded'>;
 
 export interface AttemptResult {
   readonly ok: boolean;

@@ -12,6 +12,7 @@ import { Metrics } from '../../src/observability/metrics.js';
 import type { Tracing } from '../../src/observability/tracing.js';
 import { PublishService } from '../../src/publish/publish-service.js';
 import type { Scope } from '../../src/schemas/identity.js';
+import { PendingBound } from '../../src/webhooks/pending-bound.js';
 import { WebhookEndpoints } from '../../src/webhooks/webhook-endpoints.js';
 import type { TestBackend } from './backend.js';
 import { followNow, type ReadSide, readSide } from './read-side.js';
@@ -199,6 +200,7 @@ export async function buildIdentityApp(
           ...(config.deploymentKeys === undefined ? {} : { keys: config.deploymentKeys }),
         }),
       urls: config.webhooks,
+      pending: new PendingBound({ max: config.webhooks.maxPendingPerEndpoint }),
     }),
     publish: {
       service: publish,

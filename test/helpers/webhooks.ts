@@ -7,6 +7,7 @@ import { buildApp } from '../../src/composition/app.js';
 import { createServices, type Services, type ServicesOptions } from '../../src/composition/services.js';
 import { loadConfig } from '../../src/foundation/config.js';
 import type { TestBackend } from './backend.js';
+import { publishedResource } from './publish-bodies.js';
 
 /** A request a receiver got: what a webhook consumer would see. */
 export interface Received {
@@ -208,3 +209,121 @@ export async function userHeaders(
   if (!signer) throw new Error('the test instances use the embedded signer');
   return { authorization: `Bearer ${await signer.mint({ subject: user, accounts, ttlSeconds: 3600 })}` };
 }
+
+/** One attempt as `GET …/deliveries` lists it. */
+export interface ListedAttempt {
+  readonly id: string;
+  readonly deliveryId: string;
+  readonly eventId: string;
+  readonly type: string;
+  readonly attempt: number;
+  readonly at: string;
+  readonly outcome: string;
+  readonly statusCode?: number;
+  readonly durationMs: number;
+  readonly error?: string;
+  readonly reason?: string;
+  readonly nextAttemptAt?: string;
+}
+
+const ENDPOINTS = '/v3/identity/webhook-endpoints';
+
+/**
+ * An account on an instance with what webhook tests do as it: its user manages endpoints, its API key
+ * publishes Catalogs (whose changes are the account's).
+ */
+export class WebhookAccount {
+  private constructor(
+    readonly instance: WebhookInstance,
+    readonly id: string,
+    readonly user: Record<string, string>,
+    private readonly writer: Record<string, string>,
+  ) {}
+
+  static async of(instance: WebhookInstance, accountId: string, user = 'ada'): Promise<WebhookAccount> {
+    const key = await instance.services.identity.keys.createFor(
+      { subject: user, accounts: [accountId] },
+      { name: 'ci', accountId, scopes: ['playbook:read', 'playbook:write'] },
+    );
+    return new WebhookAccount(instance, accountId, await userHeaders(instance, [accountId], user), {
+      'x-api-key': key.key,
+    });
+  }
+
+  async endpoint(url: string, events = ['*']): Promise<{ id: string; secret: string }> {
+    const created = await this.instance.app.inject({
+      method: 'POST',
+      url: ENDPOINTS,
+      headers: this.user,
+      payload: { accountId: this.id, url, events },
+    });
+    if (created.statusCode !== 201) throw new Error(`endpoint not created: ${created.body}`);
+    return created.json();
+  }
+
+  async remove(endpointId: string): Promise<void> {
+    const deleted = await this.instance.app.inject({
+      method: 'DELETE',
+      url: `${ENDPOINTS}/${endpointId}`,
+      headers: this.user,
+    });
+    if (deleted.statusCode !== 204) throw new Error(`endpoint not deleted: ${deleted.body}`);
+  }
+
+  /** A Catalog of `count` Resources: catalog.created, and one resource.created change each. */
+  async publish(slug: string, count = 1): Promise<void> {
+    const answer = await this.instance.app.inject({
+      method: 'PUT',
+      url: `/v3/playbook/catalogs/org/${slug}`,
+      headers: this.writer,
+      payload: {
+        name: slug,
+        version: '1',
+        resources: Array.from({ length: count }, (_, i) => publishedResource(`${slug}-${i}`)),
+      },
+    });
+    if (answer.statusCode !== 201) throw new Error(`not published: ${answer.body}`);
+  }
+
+  /** Sends a test event; answers with the delivery made. */
+  async test(endpointId: string): Promise<{ id: string; eventId: string }> {
+    const answer = await this.instance.app.inject({
+      method: 'POST',
+      url: `${ENDPOINTS}/${endpointId}/test`,
+      headers: this.user,
+    });
+    if (answer.statusCode !== 202) throw new Error(`no test sent: ${answer.body}`);
+    return answer.json();
+  }
+
+  /** The first 100 attempts listed for an endpoint, newest first. */
+  async attempts(endpointId: string): Promise<ListedAttempt[]> {
+    const answer = await this.instance.app.inject({
+      url: `${ENDPOINTS}/${endpointId}/deliveries?pageSize=100`,
+      headers: this.user,
+    });
+    if (answer.statusCode !== 200) throw new Error(`no attempts listed: ${answer.body}`);
+    return answer.json().data;
+  }
+}
+
+/** The most intervals `[start, end)` that overlap at one moment. */
+export function mostAtOnce(intervals: readonly (readonly [number, number])[]): number {
+  const edges = intervals.flatMap(([start, end]) => [
+    [start, 1],
+    [end, -1],
+  ]);
+  // An end and a start at the same moment do not overlap.
+  edges.sort((a, b) => a[0]! - b[0]! || a[1]! - b[1]!);
+  let open = 0;
+  let most = 0;
+  for (const [, step] of edges) {
+    open += step!;
+    most = Math.max(most, open);
+  }
+  return most;
+}
+
+/** When each attempt listed ran, as `[start, end)` in ms. */
+export const spans = (made: readonly Pick<ListedAttempt, 'at' | 'durationMs'>[]) =>
+  made.map((a) => [Date.parse(a.at), Date.parse(a.at) + a.durationMs] as const);

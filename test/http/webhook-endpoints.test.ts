@@ -186,6 +186,22 @@ describe('webhook endpoint management (D28)', () => {
     ['an IPv6 loopback address', { url: 'https://[::1]/' }, 'url'],
     ['the metadata address', { url: 'https://169.254.169.254/latest' }, 'url'],
     ['a mapped private address', { url: 'https://[::ffff:10.0.0.1]/' }, 'url'],
+    ['an IPv4-translated loopback address', { url: 'https://[::ffff:0:7f00:1]/' }, 'url'],
+    ['an IPv4-translated address in dotted form', { url: 'https://[::ffff:0:127.0.0.1]/' }, 'url'],
+    ['an IPv4-translated public address', { url: 'https://[::ffff:0:808:808]/' }, 'url'],
+    ['a mapped loopback address in hex', { url: 'https://[::ffff:7f00:1]/' }, 'url'],
+    ['a NAT64 metadata address', { url: 'https://[64:ff9b::a9fe:a9fe]/' }, 'url'],
+    ['a 6to4 private address', { url: 'https://[2002:a00:1::1]/' }, 'url'],
+    ['loopback as one decimal number', { url: 'https://2130706433/' }, 'url'],
+    ['loopback in octal', { url: 'https://0177.0.0.1/' }, 'url'],
+    ['loopback in hex', { url: 'https://0x7f.0.0.1/' }, 'url'],
+    ['loopback in short form', { url: 'https://127.1/' }, 'url'],
+    ['the metadata address as one number', { url: 'https://2852039166/' }, 'url'],
+    ['an IPv6 link-local address', { url: 'https://[fe80::1]/' }, 'url'],
+    ["AWS's IPv6 metadata address", { url: 'https://[fd00:ec2::254]/' }, 'url'],
+    ["Alibaba's metadata address", { url: 'https://100.100.100.200/' }, 'url'],
+    ['a private address', { url: 'https://192.168.1.10/' }, 'url'],
+    ['the unspecified address', { url: 'https://0.0.0.0/' }, 'url'],
     ['localhost', { url: 'https://localhost:8443/' }, 'url'],
     ['a .localhost name', { url: 'https://app.localhost/' }, 'url'],
     ['an overlong url', { url: `https://hooks.example.com/${'a'.repeat(2100)}` }, 'url'],
@@ -215,7 +231,13 @@ describe('webhook endpoint management (D28)', () => {
 
   it('refuses a PATCH with no field, or an unknown status', async () => {
     const endpoint = (await create(ada, valid({ url: 'https://bad-patch.example.com/' }))).json();
-    for (const payload of [{}, { status: 'paused' }, { url: 'http://plain.example.com/' }]) {
+    for (const payload of [
+      {},
+      { status: 'paused' },
+      { url: 'http://plain.example.com/' },
+      { url: 'https://[::ffff:0:7f00:1]/' },
+      { url: 'https://2130706433/' },
+    ]) {
       const answer = await instance.app.inject({
         method: 'PATCH',
         url: `${BASE}/${endpoint.id}`,
@@ -251,6 +273,38 @@ describe('webhook endpoint management (D28)', () => {
     expect((await instance.app.inject({ url: `${BASE}/${endpoint.id}`, headers: ada })).json().status).toBe(
       'enabled',
     );
+  });
+
+  it("another account's delivery: 404 through one's own endpoint, listed nowhere but its own endpoint's attempts", async () => {
+    const theirs = (await create(ada, valid({ url: 'https://acme-deliveries.example.com/' }))).json();
+    const test = await instance.app.inject({
+      method: 'POST',
+      url: `${BASE}/${theirs.id}/test`,
+      headers: ada,
+    });
+    expect(test.statusCode).toBe(202);
+    const delivery = test.json();
+    const own = (
+      await create(eve, valid({ accountId: 'globex', url: 'https://globex-deliveries.example.com/' }))
+    ).json();
+    const retried = await instance.app.inject({
+      method: 'POST',
+      url: `${BASE}/${own.id}/deliveries/${delivery.id}/retry`,
+      headers: eve,
+    });
+    expect(retried.statusCode).toBe(404);
+    expect(retried.json().code).toBe('not_found');
+    const listed = await instance.app.inject({ url: `${BASE}/${own.id}/deliveries`, headers: eve });
+    expect(listed.statusCode).toBe(200);
+    expect(listed.json().data).toEqual([]);
+    // Untouched: still pending, never attempted, due when it was.
+    const stored = await backend.databases.primary
+      .selectFrom('webhook_deliveries')
+      .selectAll()
+      .where('id', '=', delivery.id)
+      .executeTakeFirstOrThrow();
+    expect(stored).toMatchObject({ endpoint_id: theirs.id, status: 'pending', attempts: 0 });
+    expect(stored.next_attempt_at).toBe(delivery.nextAttemptAt);
   });
 
   it('takes an access token only: an API key is 401, no credential is 401; a malformed id is 400', async () => {

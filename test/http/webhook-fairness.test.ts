@@ -1,8 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
-import { publishedResource } from '../helpers/publish-bodies.js';
 import { waitFor } from '../helpers/wait.js';
-import { Receiver, startWebhookInstance, userHeaders, type WebhookInstance } from '../helpers/webhooks.js';
+import {
+  type ListedAttempt,
+  mostAtOnce,
+  Receiver,
+  spans,
+  startWebhookInstance,
+  WebhookAccount,
+  type WebhookInstance,
+} from '../helpers/webhooks.js';
 
 /**
  * D28: an endpoint that answers slowly holds its share of an instance's delivery slots
@@ -11,53 +18,22 @@ import { Receiver, startWebhookInstance, userHeaders, type WebhookInstance } fro
  * may take any free slot.
  */
 
-const BASE = '/v3/identity/webhook-endpoints';
 const TIMEOUT_MS = 4000;
 
-interface Attempt {
-  at: string;
-  durationMs: number;
-  outcome: string;
-  error?: string;
-}
-
-/** The most intervals `[start, end)` that overlap at one moment. */
-function mostAtOnce(intervals: readonly (readonly [number, number])[]): number {
-  const edges = intervals.flatMap(([start, end]) => [
-    [start, 1],
-    [end, -1],
-  ]);
-  // An end and a start at the same moment do not overlap.
-  edges.sort((a, b) => a[0]! - b[0]! || a[1]! - b[1]!);
-  let open = 0;
-  let most = 0;
-  for (const [, step] of edges) {
-    open += step!;
-    most = Math.max(most, open);
-  }
-  return most;
-}
-
-/** An instance with `env`, a receiver, and an account's user and writer, with what the tests do. */
+/** An instance with `env`, a receiver, and an account with what the tests do. */
 class Fairness {
   private constructor(
     readonly backend: TestBackend,
     readonly instance: WebhookInstance,
     readonly receiver: Receiver,
-    private readonly user: Record<string, string>,
-    private readonly writer: Record<string, string>,
+    readonly acme: WebhookAccount,
   ) {}
 
   static async start(env: Record<string, string>): Promise<Fairness> {
     const backend = await createTestBackend();
     const instance = await startWebhookInstance(backend, { env });
     const receiver = await Receiver.start();
-    const user = await userHeaders(instance, ['acme']);
-    const key = await instance.services.identity.keys.createFor(
-      { subject: 'ada', accounts: ['acme'] },
-      { name: 'ci', accountId: 'acme', scopes: ['playbook:read', 'playbook:write'] },
-    );
-    return new Fairness(backend, instance, receiver, user, { 'x-api-key': key.key });
+    return new Fairness(backend, instance, receiver, await WebhookAccount.of(instance, 'acme'));
   }
 
   async close(): Promise<void> {
@@ -66,53 +42,23 @@ class Fairness {
     await this.backend.cleanup();
   }
 
-  async endpoint(path: string, events = ['resource.created']): Promise<{ id: string }> {
-    const created = await this.instance.app.inject({
-      method: 'POST',
-      url: BASE,
-      headers: this.user,
-      payload: { accountId: 'acme', url: this.receiver.url(path), events },
-    });
-    expect(created.statusCode, created.body).toBe(201);
-    return created.json();
+  endpoint(path: string, events = ['resource.created']): Promise<{ id: string }> {
+    return this.acme.endpoint(this.receiver.url(path), events);
   }
 
-  async remove(endpointId: string): Promise<void> {
-    const deleted = await this.instance.app.inject({
-      method: 'DELETE',
-      url: `${BASE}/${endpointId}`,
-      headers: this.user,
-    });
-    expect(deleted.statusCode).toBe(204);
+  remove(endpointId: string): Promise<void> {
+    return this.acme.remove(endpointId);
   }
 
   /** A Catalog of `count` Resources: one resource.created change each. */
-  async publish(slug: string, count: number): Promise<void> {
-    const answer = await this.instance.app.inject({
-      method: 'PUT',
-      url: `/v3/playbook/catalogs/org/${slug}`,
-      headers: this.writer,
-      payload: {
-        name: slug,
-        version: '1',
-        resources: Array.from({ length: count }, (_, i) => publishedResource(`${slug}-${i}`)),
-      },
-    });
-    expect(answer.statusCode, answer.body).toBe(201);
+  publish(slug: string, count: number): Promise<void> {
+    return this.acme.publish(slug, count);
   }
 
-  async attempts(endpointId: string): Promise<Attempt[]> {
-    const answer = await this.instance.app.inject({
-      url: `${BASE}/${endpointId}/deliveries?pageSize=100`,
-      headers: this.user,
-    });
-    expect(answer.statusCode, answer.body).toBe(200);
-    return answer.json().data;
+  attempts(endpointId: string): Promise<ListedAttempt[]> {
+    return this.acme.attempts(endpointId);
   }
 }
-
-const spans = (made: readonly Attempt[]) =>
-  made.map((a) => [Date.parse(a.at), Date.parse(a.at) + a.durationMs] as const);
 
 describe('a slow endpoint holds its share of the delivery slots, never all of them (D28)', () => {
   let f: Fairness;

@@ -66,6 +66,13 @@ describe('the connection guard of webhook attempts (D28)', () => {
     ['localhost', () => `http://localhost:${v4.port}/hook`],
     ['[::1]', () => `http://[::1]:${v4.port}/hook`],
     ['::ffff:127.0.0.1', () => `http://[::ffff:127.0.0.1]:${v4.port}/hook`],
+    ['::ffff:0:7f00:1 (IPv4-translated)', () => `http://[::ffff:0:7f00:1]:${v4.port}/hook`],
+    ['::ffff:0:127.0.0.1 (IPv4-translated)', () => `http://[::ffff:0:127.0.0.1]:${v4.port}/hook`],
+    ['64:ff9b::7f00:1 (NAT64)', () => `http://[64:ff9b::7f00:1]:${v4.port}/hook`],
+    ['2130706433 (one decimal number)', () => `http://2130706433:${v4.port}/hook`],
+    ['0177.0.0.1 (octal)', () => `http://0177.0.0.1:${v4.port}/hook`],
+    ['0x7f.0.0.1 (hex)', () => `http://0x7f.0.0.1:${v4.port}/hook`],
+    ['127.1 (short)', () => `http://127.1:${v4.port}/hook`],
     ['0.0.0.0', () => `http://0.0.0.0:${v4.port}/hook`],
   ])('%s: refused, and the listener sees no connection', async (_what, url) => {
     const before = connections();
@@ -76,8 +83,17 @@ describe('the connection guard of webhook attempts (D28)', () => {
     expect(connections()).toBe(before);
   });
 
-  it('169.254.169.254 (cloud metadata): refused before any connection is tried', async () => {
-    const result = await postWebhook('http://169.254.169.254/latest/meta-data/', HEADERS, '{}', GUARDED);
+  it.each([
+    'http://169.254.169.254/latest/meta-data/',
+    'http://2852039166/latest/meta-data/',
+    'http://[::ffff:169.254.169.254]/latest/meta-data/',
+    'http://[::ffff:0:a9fe:a9fe]/latest/meta-data/',
+    'http://[fd00:ec2::254]/latest/meta-data/',
+    'http://169.254.170.2/v2/credentials',
+    'http://100.100.100.200/latest/meta-data/',
+    'http://[fe80::1]/',
+  ])('%s (cloud metadata, link-local): refused before any connection is tried', async (url) => {
+    const result = await postWebhook(url, HEADERS, '{}', GUARDED);
     expect(result).toMatchObject({ ok: false, failure: 'address' });
     expect(result.durationMs).toBeLessThan(100);
   });
@@ -90,6 +106,10 @@ describe('the connection guard of webhook attempts (D28)', () => {
       ['::1'],
       ['169.254.169.254'],
       ['fd00::1', '127.0.0.1'],
+      ['::ffff:0:7f00:1'],
+      ['::ffff:0:a00:7'],
+      ['::ffff:127.0.0.1'],
+      ['fe80::1', '100.64.0.1'],
     ]) {
       const result = await postWebhook(`http://internal.example:${v4.port}/`, HEADERS, '{}', {
         ...GUARDED,
@@ -203,7 +223,10 @@ describe('deliveries with the private-address guard on (D28)', () => {
     registrar = await startWebhookInstance(backend, { deliver: false });
     guarded = await startWebhookInstance(backend, {
       env: { PLAYBOOK_WEBHOOK_ALLOW_PRIVATE: 'false', PLAYBOOK_WEBHOOK_RETRY_SCHEDULE: '5m' },
-      resolve: resolverOf({ 'hooks.internal.example': ['127.0.0.1'] }),
+      resolve: resolverOf({
+        'hooks.internal.example': ['127.0.0.1'],
+        'hooks.translated.example': ['::ffff:0:7f00:1'],
+      }),
     });
   });
   afterAll(async () => {
@@ -213,42 +236,36 @@ describe('deliveries with the private-address guard on (D28)', () => {
     await backend?.cleanup();
   });
 
-  it('localhost, 127.0.0.1, [::1], 169.254.169.254 and a name resolving to 127.0.0.1: each attempt refused, no connection', async () => {
+  it('localhost, 127.0.0.1, [::1], an IPv4-translated loopback, 169.254.169.254, and names resolving to loopback: each attempt refused, no connection', async () => {
     const ada = await userHeaders(registrar, ['acme']);
     const urls = [
       `http://localhost:${receiver.port}/a`,
       `http://127.0.0.1:${receiver.port}/b`,
       `http://[::1]:${receiver.port}/c`,
+      `http://[::ffff:0:7f00:1]:${receiver.port}/t`,
       'http://169.254.169.254/latest/meta-data/',
     ];
-    const ids: string[] = [];
-    for (const url of urls) {
-      const created = await registrar.app.inject({
+    const register = (on: WebhookInstance, url: string) =>
+      on.app.inject({
         method: 'POST',
         url: '/v3/identity/webhook-endpoints',
         headers: ada,
         payload: { accountId: 'acme', url, events: ['*'] },
       });
+    const ids: string[] = [];
+    for (const url of urls) {
+      const created = await register(registrar, url);
       expect(created.statusCode, created.body).toBe(201);
       ids.push(created.json().id);
     }
     // A public-looking name is taken when registered, and judged by what it resolves to when used.
-    const byName = await guarded.app.inject({
-      method: 'POST',
-      url: '/v3/identity/webhook-endpoints',
-      headers: ada,
-      payload: { accountId: 'acme', url: `http://hooks.internal.example:${receiver.port}/d`, events: ['*'] },
-    });
-    expect(byName.statusCode, byName.body).toBe(201);
-    ids.push(byName.json().id);
-    // Registering them now is refused (all but the name, which only a connection can judge).
-    const refused = await guarded.app.inject({
-      method: 'POST',
-      url: '/v3/identity/webhook-endpoints',
-      headers: ada,
-      payload: { accountId: 'acme', url: `http://127.0.0.1:${receiver.port}/e`, events: ['*'] },
-    });
-    expect(refused.statusCode).toBe(400);
+    for (const host of ['hooks.internal.example', 'hooks.translated.example']) {
+      const byName = await register(guarded, `http://${host}:${receiver.port}/d`);
+      expect(byName.statusCode, byName.body).toBe(201);
+      ids.push(byName.json().id);
+    }
+    // Registering them now is refused (all but the names, which only a connection can judge).
+    for (const url of urls) expect((await register(guarded, url)).statusCode, url).toBe(400);
 
     for (const id of ids) {
       const test = await guarded.app.inject({

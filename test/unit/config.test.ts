@@ -24,6 +24,7 @@ describe('configuration (D13)', () => {
     expect(config.webhooks.perEndpoint).toBe(2);
     expect(config.syncMaxWaiters).toBe(1000);
     expect(config.syncMaxWaitersPerKey).toBe(20);
+    expect(config.webhooks.maxPendingPerEndpoint).toBe(10_000);
   });
 
   it('reads every variable it documents', () => {
@@ -57,6 +58,7 @@ describe('configuration (D13)', () => {
       PLAYBOOK_WEBHOOK_ENDPOINT_CONCURRENCY: '5',
       PLAYBOOK_SYNC_MAX_WAITERS: '500',
       PLAYBOOK_SYNC_MAX_WAITERS_PER_KEY: '5',
+      PLAYBOOK_WEBHOOK_MAX_PENDING_PER_ENDPOINT: '500',
       LOG_LEVEL: 'warn',
     });
     expect(config.port).toBe(9090);
@@ -93,6 +95,7 @@ describe('configuration (D13)', () => {
     expect(config.webhooks.perEndpoint).toBe(5);
     expect(config.syncMaxWaiters).toBe(500);
     expect(config.syncMaxWaitersPerKey).toBe(5);
+    expect(config.webhooks.maxPendingPerEndpoint).toBe(500);
     expect(config.logLevel).toBe('warn');
   });
 
@@ -186,6 +189,8 @@ describe('configuration (D13)', () => {
     // D27: a credential holds at least one request, or none could ever wait.
     ['PLAYBOOK_SYNC_MAX_WAITERS_PER_KEY', '0'],
     ['PLAYBOOK_SYNC_MAX_WAITERS_PER_KEY', 'twenty'],
+    ['PLAYBOOK_WEBHOOK_MAX_PENDING_PER_ENDPOINT', '0'],
+    ['PLAYBOOK_WEBHOOK_MAX_PENDING_PER_ENDPOINT', 'many'],
     ['LOG_LEVEL', 'verbose'],
   ])('stops on %s=%s with a message that names the variable', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);

@@ -391,7 +391,7 @@ export interface paths {
         };
         /**
          * List a webhook endpoint's delivery attempts, newest first
-         * @description Each attempt to deliver an event: its event id and type, which attempt it was, the status the endpoint answered, how long it took, why it failed, and when the delivery is tried next. Attempts are kept for 30 days.
+         * @description Each attempt to deliver an event: its event id and type, which attempt it was, the status the endpoint answered, how long it took, why it failed (in words, and in one word: reason), and when the delivery is tried next. A delivery given up unsent because more deliveries were pending to the endpoint than the deployment allows is listed as a failed attempt with the reason backlog_exceeded. Attempts are kept for 30 days.
          */
         get: operations["listWebhookDeliveries"];
         put?: never;
@@ -417,7 +417,7 @@ export interface paths {
         put?: never;
         /**
          * Send a delivery again, now
-         * @description The delivery is due at once, with the same webhook-id, whether it failed, succeeded or is waiting for its next retry. A disabled endpoint is sent nothing (409 endpoint_disabled).
+         * @description The delivery is due at once, with the same webhook-id, whether it failed (given up unsent past the backlog bound, backlog_exceeded, included), succeeded or is waiting for its next retry. A disabled endpoint is sent nothing (409 endpoint_disabled).
          */
         post: operations["retryWebhookDelivery"];
         delete?: never;
@@ -821,7 +821,7 @@ export interface components {
              */
             type: "catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "webhook.test";
             /**
-             * @description pending: not yet delivered, an attempt is due; succeeded: a 2xx came; failed: every retry failed
+             * @description pending: not yet delivered, an attempt is due; succeeded: a 2xx came; failed: every retry failed, or it was given up unsent when its endpoint had too many deliveries pending (its last attempt listed has the reason backlog_exceeded); a failed delivery can be sent again
              * @enum {string}
              */
             status: "pending" | "succeeded" | "failed";
@@ -852,7 +852,7 @@ export interface components {
             type: "catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "webhook.test";
             /**
              * Format: int32
-             * @description which attempt of the delivery, from 1
+             * @description which attempt of the delivery, from 1 (one given up unsent, backlog_exceeded, counts)
              */
             attempt: number;
             /**
@@ -872,8 +872,13 @@ export interface components {
              * @description how long the attempt took
              */
             durationMs: number;
-            /** @description why the attempt failed, when no 2xx came: a timeout, a refused or private address, a redirect, a lost connection */
+            /** @description why the attempt failed, when no 2xx came: a timeout, a refused or private address, a redirect, a lost connection, or a backlog past its bound (not sent) */
             error?: string;
+            /**
+             * @description why the attempt failed, in one word: status (not a 2xx), redirect, timeout, network, address (a refused or private address), or backlog_exceeded (not sent: more deliveries were pending to the endpoint than the deployment allows, and this was among the oldest; retry it to send it)
+             * @enum {string}
+             */
+            reason?: "status" | "redirect" | "timeout" | "network" | "address" | "backlog_exceeded";
             /**
              * Format: date-time
              * @description when the delivery is tried again after this failure; absent when it is not
