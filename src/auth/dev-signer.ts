@@ -8,6 +8,7 @@ import {
   type JWK,
   SignJWT,
 } from 'jose';
+import { type Config, checkLiveTokens } from '../foundation/config.js';
 import { readOrCreatePrivateFile } from '../foundation/private-files.js';
 
 /** The only algorithm of the embedded signer: asymmetric, so the verifier never holds a signing secret. */
@@ -80,20 +81,41 @@ async function loadKeys(file: string): Promise<SigningKeys> {
   };
 }
 
+/** What decides whether a deployment signs its own access tokens, and with what claims. */
+export type SignerConfig = Pick<Config, 'environment' | 'dataDir'> & {
+  readonly jwt: TokenClaimsConfig & Pick<Config['jwt'], 'jwksUrl' | 'issuer' | 'audience'>;
+};
+
 /**
  * The embedded signer of D9, for running without an identity provider: an ES256 key pair made in the
  * data directory on first use. The service verifies with its public half; `playbook token` signs with
- * the private half.
+ * the private half. Made only through {@link DevTokenSigner.forDeployment}, which a `live` deployment
+ * never gets one from.
  */
 export class DevTokenSigner {
   readonly file: string;
   private keys: Promise<SigningKeys> | undefined;
 
-  constructor(
+  private constructor(
     dataDir: string,
     private readonly claims: TokenClaimsConfig,
   ) {
     this.file = path.join(dataDir, DEV_KEY_FILE);
+  }
+
+  /**
+   * The deployment's embedded signer: one for a `test` deployment without `PLAYBOOK_JWKS_URL`, none
+   * when tokens come from an identity provider. A `live` deployment never has one (D9): its tokens come
+   * from its identity provider, and a configuration that says otherwise is refused here as it is when
+   * loaded, whoever made it.
+   *
+   * @example
+   * const signer = DevTokenSigner.forDeployment(loadConfig(process.env)); // undefined with PLAYBOOK_JWKS_URL
+   */
+  static forDeployment(config: SignerConfig): DevTokenSigner | undefined {
+    checkLiveTokens(config);
+    if (config.environment === 'live' || config.jwt.jwksUrl !== undefined) return undefined;
+    return new DevTokenSigner(config.dataDir, config.jwt);
   }
 
   private signingKeys(): Promise<SigningKeys> {

@@ -92,7 +92,8 @@ export function createIdentity(
     ...(config.jwt.audience === undefined ? {} : { audience: config.jwt.audience }),
     ...(options.now ? { now } : {}),
   };
-  const signer = config.jwt.jwksUrl === undefined ? new DevTokenSigner(config.dataDir, claims) : undefined;
+  // D9: none in a live deployment, nor wherever tokens come from an identity provider.
+  const signer = DevTokenSigner.forDeployment(config);
   const tokens = signer
     ? AccessTokenVerifier.embedded(signer, claims)
     : AccessTokenVerifier.remote(config.jwt.jwksUrl!, claims, options.jwks);

@@ -8,7 +8,14 @@ import { MAX_PAGE_SIZE } from '../schemas/common.js';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import type { CliContext } from './context.js';
 import { printable, printableJson } from './printable.js';
-import { callFailed, serviceUrl, URL_OPTION, userClient } from './service-client.js';
+import {
+  callFailed,
+  INSECURE_HTTP_OPTION,
+  type RemoteOptions,
+  serviceTarget,
+  URL_OPTION,
+  userClient,
+} from './service-client.js';
 
 /** Events read from storage per query. */
 const BATCH = 500;
@@ -19,11 +26,10 @@ const BATCH = 500;
  */
 const REMOTE_POLL_MS = 2000;
 
-interface AuditOptions {
+interface AuditOptions extends RemoteOptions {
   readonly account: string;
   readonly follow?: boolean;
   readonly json?: boolean;
-  readonly url?: string;
 }
 
 /**
@@ -48,6 +54,7 @@ export function registerAuditCommand(program: Command, context: CliContext): voi
     .option('--follow', 'keep printing changes as they happen, until interrupted (Ctrl-C)')
     .option('--json', 'print one JSON object per change and per line')
     .option(...URL_OPTION)
+    .option(...INSECURE_HTTP_OPTION)
     .addHelpText(
       'after',
       `
@@ -58,9 +65,11 @@ access token in PLAYBOOK_ACCESS_TOKEN. Without them, from the configured storage
       if (!ACCOUNT_ID_PATTERN.test(options.account)) {
         command.error(`error: --account ${JSON.stringify(options.account)} is not an account id`);
       }
-      const url = serviceUrl(context, options.url, command);
+      const target = serviceTarget(context, options, command);
       const playbook =
-        url === undefined ? undefined : userClient(context, url, command, { cache: options.follow === true });
+        target === undefined
+          ? undefined
+          : userClient(context, target, command, { cache: options.follow === true });
       const stop = stopped(context, options.follow === true);
       const print = printer(context, options);
       try {

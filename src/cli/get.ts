@@ -1,7 +1,8 @@
-import { type Owner, Playbook, PlaybookError } from '@playbook/client';
+import { type Owner, PlaybookError } from '@playbook/client';
 import type { Command } from 'commander';
 import { type CliContext, CommandError } from './context.js';
 import { printable } from './printable.js';
+import { INSECURE_HTTP_OPTION, keyClient, type RemoteOptions, serviceTarget } from './service-client.js';
 
 /** Where `get` looks for the service when `PLAYBOOK_URL` is not set: `playbook serve`'s default. */
 export const DEFAULT_SERVICE_URL = 'http://127.0.0.1:8080';
@@ -25,6 +26,7 @@ export function registerGetCommand(program: Command, context: CliContext): void 
       '<ref>',
       'owner/catalogSlug, or owner/catalogSlug/resourceSlug; owner is svc or org (your account)',
     )
+    .option(...INSECURE_HTTP_OPTION)
     .addHelpText(
       'after',
       '\nEnvironment:\n' +
@@ -34,7 +36,7 @@ export function registerGetCommand(program: Command, context: CliContext): void 
         '  playbook get svc/handbook\n' +
         '  playbook get org/runbooks/restart\n',
     )
-    .action(async (ref: string, _options: unknown, command: Command) => {
+    .action(async (ref: string, options: RemoteOptions, command: Command) => {
       const match = REF.exec(ref);
       if (!match) {
         command.error(
@@ -42,20 +44,10 @@ export function registerGetCommand(program: Command, context: CliContext): void 
         );
       }
       const [, owner, catalogSlug, resourceSlug] = match as unknown as [string, Owner, string, string?];
-      const baseUrl = context.env.PLAYBOOK_URL || DEFAULT_SERVICE_URL;
-      const url = URL.canParse(baseUrl) ? new URL(baseUrl) : undefined;
-      if (!url || !/^https?:$/.test(url.protocol) || url.username !== '' || url.password !== '') {
-        command.error('error: PLAYBOOK_URL must be an http(s) URL, without a user name or password');
-      }
-      const apiKey = context.env.PLAYBOOK_API_KEY;
-      if (!apiKey) command.error('error: PLAYBOOK_API_KEY must hold an API key with the playbook:read scope');
-      let playbook: Playbook;
-      try {
-        playbook = new Playbook({ apiKey, baseUrl });
-      } catch {
-        // Checked offline before anything is sent; the key is never printed.
-        command.error('error: PLAYBOOK_API_KEY is not a valid API key');
-      }
+      // PLAYBOOK_URL only: `get` takes no --url.
+      const target = serviceTarget(context, options, command, DEFAULT_SERVICE_URL);
+      const url = new URL(target.baseUrl);
+      const playbook = keyClient(context, target, command, 'playbook:read');
 
       try {
         const answer =

@@ -18,7 +18,14 @@ import {
 import { compileCheck, problemsOf } from '../schemas/schema-check.js';
 import { type CliContext, CommandError } from './context.js';
 import { printable, printableJson } from './printable.js';
-import { callFailed, serviceUrl, URL_OPTION, userClient } from './service-client.js';
+import {
+  callFailed,
+  INSECURE_HTTP_OPTION,
+  type RemoteOptions,
+  serviceTarget,
+  URL_OPTION,
+  userClient,
+} from './service-client.js';
 
 const KEY_ID = new RegExp(KEY_ID_PATTERN);
 
@@ -57,10 +64,6 @@ function parseOverlap(value: string): number {
 
 interface Output {
   readonly json?: boolean;
-}
-
-interface Remote {
-  readonly url?: string;
 }
 
 /**
@@ -135,9 +138,11 @@ token on the embedded default). Without them, they act on the configured storage
     .option('--expires-at <date-time>', 'when the key stops working, e.g. 2030-01-31T18:00:00Z')
     .option('--json', 'print the key and its details as one JSON object on stdout')
     .option(...URL_OPTION)
+    .option(...INSECURE_HTTP_OPTION)
     .action(
       async (
-        options: Output & Remote & { account: string; name: string; scope: string[]; expiresAt?: string },
+        options: Output &
+          RemoteOptions & { account: string; name: string; scope: string[]; expiresAt?: string },
         command: Command,
       ) => {
         if (!ACCOUNT_ID_PATTERN.test(options.account)) {
@@ -167,12 +172,12 @@ token on the embedded default). Without them, they act on the configured storage
         };
         const [problem] = problemsOf(checkCreation, input);
         if (problem) command.error(`error: ${FLAG_OF[problem.name] ?? problem.name} ${problem.message}`);
-        const url = serviceUrl(context, options.url, command);
+        const target = serviceTarget(context, options, command);
         let created: CreatedApiKey;
-        if (url === undefined) {
+        if (target === undefined) {
           created = await asOperator((services) => services.identity.keys.create(input));
         } else {
-          const playbook = userClient(context, url, command);
+          const playbook = userClient(context, target, command);
           created = await playbook.apiKeys.create(input).catch((error) => callFailed('keys create', error));
         }
         const expiry = created.expiresAt === undefined ? '' : `, until ${created.expiresAt}`;
@@ -198,40 +203,44 @@ token on the embedded default). Without them, they act on the configured storage
     )
     .option('--json', 'print the new key and its details as one JSON object on stdout')
     .option(...URL_OPTION)
-    .action(async (keyId: string, options: Output & Remote & { overlap?: number }, command: Command) => {
-      if (!KEY_ID.test(keyId)) command.error(`error: ${JSON.stringify(keyId)} is not a key id`);
-      const overlapSeconds = options.overlap ?? DEFAULT_ROLL_OVERLAP_S;
-      const url = serviceUrl(context, options.url, command);
-      let created: CreatedApiKey;
-      if (url === undefined) {
-        created = await asOperator((services) =>
-          services.identity.keys.roll(keyId, overlapSeconds).catch((error: unknown) => {
-            throw error instanceof NotFoundError ? new CommandError(`no API key ${keyId}`) : error;
-          }),
-        );
-      } else {
-        const playbook = userClient(context, url, command);
-        created = await playbook.apiKeys
-          .roll(keyId, { overlapSeconds })
-          .catch((error) => callFailed('keys roll', error));
-      }
-      const old =
-        overlapSeconds === 0
-          ? `${keyId} no longer works`
-          : `${keyId} keeps working for ${overlapSeconds} seconds, then expires`;
-      printCreated(created, `API key ${keyId} rolled: ${created.id} replaces it; ${old}`, options);
-    });
+    .option(...INSECURE_HTTP_OPTION)
+    .action(
+      async (keyId: string, options: Output & RemoteOptions & { overlap?: number }, command: Command) => {
+        if (!KEY_ID.test(keyId)) command.error(`error: ${JSON.stringify(keyId)} is not a key id`);
+        const overlapSeconds = options.overlap ?? DEFAULT_ROLL_OVERLAP_S;
+        const target = serviceTarget(context, options, command);
+        let created: CreatedApiKey;
+        if (target === undefined) {
+          created = await asOperator((services) =>
+            services.identity.keys.roll(keyId, overlapSeconds).catch((error: unknown) => {
+              throw error instanceof NotFoundError ? new CommandError(`no API key ${keyId}`) : error;
+            }),
+          );
+        } else {
+          const playbook = userClient(context, target, command);
+          created = await playbook.apiKeys
+            .roll(keyId, { overlapSeconds })
+            .catch((error) => callFailed('keys roll', error));
+        }
+        const old =
+          overlapSeconds === 0
+            ? `${keyId} no longer works`
+            : `${keyId} keeps working for ${overlapSeconds} seconds, then expires`;
+        printCreated(created, `API key ${keyId} rolled: ${created.id} replaces it; ${old}`, options);
+      },
+    );
 
   keys
     .command('revoke')
     .description('revoke an API key; running servers refuse it within a second')
     .argument('<keyId>', 'the key id (the part between the environment and the secret)')
     .option(...URL_OPTION)
-    .action(async (keyId: string, options: Remote, command: Command) => {
+    .option(...INSECURE_HTTP_OPTION)
+    .action(async (keyId: string, options: RemoteOptions, command: Command) => {
       if (!KEY_ID.test(keyId)) command.error(`error: ${JSON.stringify(keyId)} is not a key id`);
-      const url = serviceUrl(context, options.url, command);
-      if (url !== undefined) {
-        const playbook = userClient(context, url, command);
+      const target = serviceTarget(context, options, command);
+      if (target !== undefined) {
+        const playbook = userClient(context, target, command);
         // Idempotent over HTTP: the answer does not say whether the key was revoked before.
         await playbook.apiKeys.revoke(keyId).catch((error) => callFailed('keys revoke', error));
         context.stdout.write(`key ${keyId} revoked\n`);
@@ -250,16 +259,17 @@ token on the embedded default). Without them, they act on the configured storage
     .requiredOption('--account <accountId>', 'the account')
     .option('--json', 'print the keys as one JSON array, as the API lists them')
     .option(...URL_OPTION)
-    .action(async (options: Output & Remote & { account: string }, command: Command) => {
+    .option(...INSECURE_HTTP_OPTION)
+    .action(async (options: Output & RemoteOptions & { account: string }, command: Command) => {
       if (!ACCOUNT_ID_PATTERN.test(options.account)) {
         command.error(`error: --account ${JSON.stringify(options.account)} is not an account id`);
       }
-      const url = serviceUrl(context, options.url, command);
+      const target = serviceTarget(context, options, command);
       let list: ApiKey[] = [];
-      if (url === undefined) {
+      if (target === undefined) {
         list = await asOperator((services) => services.identity.keys.list(options.account));
       } else {
-        const playbook = userClient(context, url, command);
+        const playbook = userClient(context, target, command);
         try {
           for await (const key of playbook.apiKeys.iterate({ accountId: options.account, pageSize: 100 })) {
             list.push(key);

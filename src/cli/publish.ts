@@ -1,14 +1,19 @@
 import path from 'node:path';
-import { type CatalogInput, Playbook, PlaybookError } from '@playbook/client';
+import { type CatalogInput, PlaybookError } from '@playbook/client';
 import type { Command } from 'commander';
 import { readImportTree } from '../import/read-tree.js';
 import { MAX_CONTENT_BYTES_CEILING } from '../schemas/playbook.js';
 import { type CliContext, CommandError } from './context.js';
-import { serviceUrl, URL_OPTION } from './service-client.js';
+import {
+  INSECURE_HTTP_OPTION,
+  keyClient,
+  type RemoteOptions,
+  serviceTarget,
+  URL_OPTION,
+} from './service-client.js';
 
-interface PublishCommandOptions {
-  url?: string;
-  dryRun?: boolean;
+interface PublishCommandOptions extends RemoteOptions {
+  readonly dryRun?: boolean;
 }
 
 type ResourceInput = CatalogInput['resources'][number];
@@ -29,22 +34,15 @@ export function registerPublishCommand(program: Command, context: CliContext): v
     .description('publish one catalog folder to a running service, as the account of PLAYBOOK_API_KEY')
     .argument('<catalogDir>', 'a catalog folder: catalog.json and resources/')
     .option(...URL_OPTION)
+    .option(...INSECURE_HTTP_OPTION)
     .option('--dry-run', 'report what would change, write nothing')
     .action(async (catalogDir: string, options: PublishCommandOptions, command: Command) => {
-      const apiKey = context.env.PLAYBOOK_API_KEY;
-      if (!apiKey)
-        command.error('error: PLAYBOOK_API_KEY must hold an API key with the playbook:write scope');
-      const url = serviceUrl(context, options.url, command);
-      if (url === undefined) {
+      const target = serviceTarget(context, options, command);
+      if (target === undefined) {
         command.error('error: give --url, or set PLAYBOOK_URL, to where the service is');
       }
-      let playbook: Playbook;
-      try {
-        playbook = new Playbook({ apiKey, baseUrl: url });
-      } catch {
-        // Checked offline before anything is read or sent; the key is never printed.
-        command.error('error: PLAYBOOK_API_KEY is not a valid API key');
-      }
+      // Checked offline before anything is read or sent.
+      const playbook = keyClient(context, target, command, 'playbook:write');
       const absolute = path.resolve(catalogDir);
       const slug = path.basename(absolute);
       const reading = await readImportTree(path.dirname(absolute), undefined, {

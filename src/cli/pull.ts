@@ -2,7 +2,7 @@ import path from 'node:path';
 import {
   type Catalog,
   type Owner,
-  Playbook,
+  type Playbook,
   PlaybookError,
   type Resource,
   type ResourceListItem,
@@ -15,15 +15,21 @@ import { stopped } from './audit.js';
 import { type CliContext, CommandError } from './context.js';
 import { DEFAULT_SERVICE_URL } from './get.js';
 import { printable } from './printable.js';
-import { callFailed, serviceUrl, URL_OPTION } from './service-client.js';
+import {
+  callFailed,
+  INSECURE_HTTP_OPTION,
+  keyClient,
+  type RemoteOptions,
+  serviceTarget,
+  URL_OPTION,
+} from './service-client.js';
 
 const REF = /^(svc|org)\/([a-z0-9]+(?:-[a-z0-9]+)*)$/;
 /** Resources whose detail is read at once. */
 const READS_AT_ONCE = 8;
 
-interface PullOptions {
+interface PullOptions extends RemoteOptions {
   readonly follow?: boolean;
-  readonly url?: string;
 }
 
 /**
@@ -49,6 +55,7 @@ export function registerPullCommand(program: Command, context: CliContext): void
     .argument('<dir>', 'the folder of catalog folders to write it in')
     .option('--follow', 'keep the folder current as the Catalog changes, until interrupted (Ctrl-C)')
     .option(...URL_OPTION)
+    .option(...INSECURE_HTTP_OPTION)
     .addHelpText(
       'after',
       '\nEnvironment:\n' +
@@ -68,16 +75,8 @@ export function registerPullCommand(program: Command, context: CliContext): void
         );
       }
       const [, owner, catalogSlug] = match as unknown as [string, Owner, string];
-      const baseUrl = serviceUrl(context, options.url, command) ?? DEFAULT_SERVICE_URL;
-      const apiKey = context.env.PLAYBOOK_API_KEY;
-      if (!apiKey) command.error('error: PLAYBOOK_API_KEY must hold an API key with the playbook:read scope');
-      let playbook: Playbook;
-      try {
-        playbook = new Playbook({ apiKey, baseUrl, cache: true });
-      } catch {
-        // Checked offline before anything is sent; the key is never printed.
-        command.error('error: PLAYBOOK_API_KEY is not a valid API key');
-      }
+      const target = serviceTarget(context, options, command, DEFAULT_SERVICE_URL);
+      const playbook = keyClient(context, target, command, 'playbook:read', { cache: true });
       const puller = new Puller(
         playbook,
         context,

@@ -1,5 +1,6 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { DevTokenSigner } from '../auth/dev-signer.js';
+import { deploymentEnvironment } from '../foundation/config.js';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import { type CliContext, CommandError } from './context.js';
 
@@ -18,8 +19,9 @@ function collect(value: string, previous: string[]): string[] {
 /**
  * `playbook token --user <userId> --account <accountId> [--account …] [--ttl <seconds>]` (D9, D14):
  * mints a user access token with the embedded dev signer and prints only the token, so that it can
- * be captured in a shell variable. Refuses when `PLAYBOOK_JWKS_URL` is set: tokens then come from
- * the identity provider, and a locally signed one would not verify anyway.
+ * be captured in a shell variable. Refuses in a `live` deployment (bad usage, exit 2, whatever else is
+ * configured), which never signs its own tokens, and when `PLAYBOOK_JWKS_URL` is set: tokens then come
+ * from the identity provider, and a locally signed one would not verify anyway.
  *
  * @example
  * TOKEN=$(npx playbook token --user ada --account demo --ttl 600)
@@ -33,6 +35,13 @@ export function registerTokenCommand(program: Command, context: CliContext): voi
     .option('--account <accountId>', 'an account the user may act for (repeatable)', collect, [])
     .option('--ttl <seconds>', `lifetime in seconds (default ${DEFAULT_TTL_SECONDS})`, parseTtl)
     .action(async (options: { user: string; account: string[]; ttl?: number }, command: Command) => {
+      // Before the rest of the configuration is read, so that no setting of a live deployment can
+      // lead to a signer, nor to a key file made in its data directory.
+      if (deploymentEnvironment(context.env) === 'live') {
+        command.error(
+          'error: playbook token does not run with PLAYBOOK_ENVIRONMENT=live: a live deployment accepts only access tokens from its identity provider (PLAYBOOK_JWKS_URL)',
+        );
+      }
       if (options.user.trim() === '' || options.user.length > 256) {
         command.error('error: --user must be 1-256 characters');
       }
@@ -51,7 +60,8 @@ export function registerTokenCommand(program: Command, context: CliContext): voi
           'PLAYBOOK_JWKS_URL is set: access tokens come from that identity provider, not from playbook token',
         );
       }
-      const signer = new DevTokenSigner(config.dataDir, config.jwt);
+      const signer = DevTokenSigner.forDeployment(config);
+      if (!signer) throw new CommandError('this deployment has no embedded signer');
       const token = await signer.mint({
         subject: options.user,
         accounts: options.account,

@@ -1,12 +1,9 @@
-import { Playbook, PlaybookError } from '@playbook/client';
+import { type Playbook, PlaybookError } from '@playbook/client';
 import type { Command } from 'commander';
 import { ACCOUNT_ID_PATTERN } from '../schemas/identity.js';
 import { type CliContext, CommandError } from './context.js';
 import { printable } from './printable.js';
-
-interface Connection {
-  url?: string;
-}
+import { INSECURE_HTTP_OPTION, type RemoteOptions, serviceTarget, userClient } from './service-client.js';
 
 /**
  * `playbook webhooks list|create|test|deliveries` (D28): an account's webhook endpoints, through a
@@ -26,15 +23,12 @@ export function registerWebhooksCommand(program: Command, context: CliContext): 
       "manage an account's webhook endpoints through a running service (PLAYBOOK_URL, PLAYBOOK_ACCESS_TOKEN)",
     );
 
-  const client = (options: Connection, command: Command): Playbook => {
-    const baseUrl = options.url ?? (context.env.PLAYBOOK_URL || undefined);
-    if (baseUrl === undefined) command.error('error: give --url or set PLAYBOOK_URL to the running service');
-    if (!/^https?:\/\/[^\s/]/.test(baseUrl)) command.error('error: the service URL must be an http(s) URL');
-    const accessToken = context.env.PLAYBOOK_ACCESS_TOKEN;
-    if (!accessToken) {
-      command.error('error: PLAYBOOK_ACCESS_TOKEN must hold the access token of a user of the account');
-    }
-    return new Playbook({ accessToken, baseUrl });
+  const client = (options: RemoteOptions, command: Command): Playbook => {
+    const target = serviceTarget(context, options, command);
+    if (target === undefined) command.error('error: give --url or set PLAYBOOK_URL to the running service');
+    return userClient(context, target, command, {
+      missing: 'error: PLAYBOOK_ACCESS_TOKEN must hold the access token of a user of the account',
+    });
   };
   const account = (value: string, command: Command): string => {
     if (!ACCOUNT_ID_PATTERN.test(value))
@@ -50,7 +44,8 @@ export function registerWebhooksCommand(program: Command, context: CliContext): 
     .description("list an account's webhook endpoints, one per line, tab-separated")
     .requiredOption('--account <accountId>', 'the account')
     .option(...urlOption)
-    .action(async (options: Connection & { account: string }, command: Command) => {
+    .option(...INSECURE_HTTP_OPTION)
+    .action(async (options: RemoteOptions & { account: string }, command: Command) => {
       const playbook = client(options, command);
       const rows = [['id', 'status', 'events', 'url', 'description']];
       await failing('listing webhook endpoints', async () => {
@@ -77,9 +72,10 @@ export function registerWebhooksCommand(program: Command, context: CliContext): 
     .option('--events <types>', 'comma-separated change types, or * for every type', '*')
     .option('--description <text>', 'what the endpoint is for')
     .option(...urlOption)
+    .option(...INSECURE_HTTP_OPTION)
     .action(
       async (
-        options: Connection & { account: string; endpoint: string; events: string; description?: string },
+        options: RemoteOptions & { account: string; endpoint: string; events: string; description?: string },
         command: Command,
       ) => {
         const playbook = client(options, command);
@@ -107,7 +103,8 @@ export function registerWebhooksCommand(program: Command, context: CliContext): 
     .description('send a test event (webhook.test) to an endpoint; prints the delivery')
     .argument('<endpointId>', 'the endpoint')
     .option(...urlOption)
-    .action(async (endpointId: string, options: Connection, command: Command) => {
+    .option(...INSECURE_HTTP_OPTION)
+    .action(async (endpointId: string, options: RemoteOptions, command: Command) => {
       const playbook = client(options, command);
       const delivery = await failing('sending the test event', () =>
         playbook.webhookEndpoints.test(endpointId),
@@ -126,7 +123,8 @@ export function registerWebhooksCommand(program: Command, context: CliContext): 
     .argument('<endpointId>', 'the endpoint')
     .option('--page <n>', 'the page, of 100 attempts each', '1')
     .option(...urlOption)
-    .action(async (endpointId: string, options: Connection & { page: string }, command: Command) => {
+    .option(...INSECURE_HTTP_OPTION)
+    .action(async (endpointId: string, options: RemoteOptions & { page: string }, command: Command) => {
       const playbook = client(options, command);
       if (!/^[1-9]\d{0,8}$/.test(options.page)) command.error('error: --page must be a page number');
       const page = await failing('listing deliveries', () =>

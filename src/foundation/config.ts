@@ -351,7 +351,48 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
       maxPendingPerEndpoint: env.PLAYBOOK_WEBHOOK_MAX_PENDING_PER_ENDPOINT,
     },
   };
+  checkLiveTokens(config);
   return deepFreeze(config);
+}
+
+/**
+ * The environment a deployment runs in (`PLAYBOOK_ENVIRONMENT`), read alone: what a command that
+ * refuses to run in `live` asks before anything else of the configuration is checked.
+ */
+export function deploymentEnvironment(
+  source: Readonly<Record<string, string | undefined>>,
+): Config['environment'] {
+  const name = 'PLAYBOOK_ENVIRONMENT';
+  return readVariable(name, EnvSchema.properties[name], source[name]) as Config['environment'];
+}
+
+/**
+ * D9: a `live` deployment verifies access tokens with its identity provider's keys and never signs its
+ * own, so the keys' address is required and fetched over https (a key set that can be altered on the
+ * way lets anyone sign), and every token must name the issuer and audience this deployment trusts.
+ * Checked when the configuration is loaded, and again wherever a signer could be made.
+ */
+export function checkLiveTokens(config: {
+  readonly environment: Config['environment'];
+  readonly jwt: Pick<Config['jwt'], 'jwksUrl' | 'issuer' | 'audience'>;
+}): void {
+  if (config.environment !== 'live') return;
+  const { jwksUrl, issuer, audience } = config.jwt;
+  if (jwksUrl === undefined || issuer === undefined || audience === undefined) {
+    const missing = [
+      ...(jwksUrl === undefined ? ['PLAYBOOK_JWKS_URL'] : []),
+      ...(issuer === undefined ? ['PLAYBOOK_JWT_ISSUER'] : []),
+      ...(audience === undefined ? ['PLAYBOOK_JWT_AUDIENCE'] : []),
+    ];
+    throw new ConfigError(
+      `${missing.join(', ')} ${missing.length === 1 ? 'is' : 'are'} required with PLAYBOOK_ENVIRONMENT=live: a live deployment verifies access tokens with its identity provider's keys and never signs its own`,
+    );
+  }
+  if (!jwksUrl.startsWith('https://')) {
+    throw new ConfigError(
+      `PLAYBOOK_JWKS_URL=${JSON.stringify(withoutCredentials(jwksUrl))} is not valid with PLAYBOOK_ENVIRONMENT=live: expected an https:// URL, so that the keys that sign access tokens cannot be altered on the way`,
+    );
+  }
 }
 
 const DURATION_UNITS_MS: Readonly<Record<string, number>> = {

@@ -4,6 +4,7 @@ import { composeApiKey, generateApiKey, parseApiKey } from '../../src/schemas/ap
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount, givenCatalog, givenResource } from '../helpers/fixtures.js';
+import { liveEnv } from '../helpers/jwks.js';
 
 describe('reads with an API key (contract §5, §7; D7, D8)', () => {
   let backend: TestBackend;
@@ -82,7 +83,7 @@ describe('reads with an API key (contract §5, §7; D7, D8)', () => {
   });
 
   it('401: a key of the other environment', async () => {
-    const live = createTestIdentity(backend, { env: { PLAYBOOK_ENVIRONMENT: 'live' } });
+    const live = createTestIdentity(backend, { env: liveEnv() });
     const { key } = await live.mintKey({ accountId: 'acme' });
     await live.close();
     expect(key.startsWith('svc_sk_live_')).toBe(true);

@@ -30,6 +30,7 @@ describe('@playbook/client in this repository (D24)', () => {
       'PlaybookError',
       'PlaybookSync',
       'WebhookVerificationError',
+      'isLoopbackUrl',
       'parseApiKey',
       'verifyWebhook',
     ]);

@@ -43,6 +43,8 @@ export interface CliProcess {
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   /** Resolves once stdout holds text that `test` accepts; rejects if the process ends first or in `ms`. */
   waitFor(test: (stdout: string) => boolean, ms?: number): Promise<string>;
+  /** The same for stderr, where `serve` says where it serves. */
+  waitForStderr(test: (stderr: string) => boolean, ms?: number): Promise<string>;
 }
 
 /** Starts `node dist/cli/main.js …args` (build first: `npm run build`) with `env` over this process's. */
@@ -60,6 +62,7 @@ export function spawnCli(args: readonly string[], env: Record<string, string>): 
   });
   child.stderr!.on('data', (chunk: Buffer) => {
     err += chunk.toString('utf8');
+    for (const wake of waiters) wake();
   });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.once('exit', (code, signal) => {
@@ -71,22 +74,19 @@ export function spawnCli(args: readonly string[], env: Record<string, string>): 
   void exited.then(() => {
     ended = true;
   });
-  return {
-    child,
-    stdout: () => out,
-    stderr: () => err,
-    exited,
-    waitFor: (test, ms = 10_000) =>
+  const waitOn =
+    (read: () => string) =>
+    (test: (text: string) => boolean, ms = 10_000): Promise<string> =>
       new Promise<string>((resolve, reject) => {
         const timer = setTimeout(() => {
           waiters.delete(check);
           reject(new Error(`not seen within ${ms} ms; stdout:\n${out}\nstderr:\n${err}`));
         }, ms);
         const check = () => {
-          if (test(out)) {
+          if (test(read())) {
             clearTimeout(timer);
             waiters.delete(check);
-            resolve(out);
+            resolve(read());
           } else if (ended) {
             clearTimeout(timer);
             waiters.delete(check);
@@ -95,6 +95,13 @@ export function spawnCli(args: readonly string[], env: Record<string, string>): 
         };
         waiters.add(check);
         check();
-      }),
+      });
+  return {
+    child,
+    stdout: () => out,
+    stderr: () => err,
+    exited,
+    waitFor: waitOn(() => out),
+    waitForStderr: waitOn(() => err),
   };
 }

@@ -1,4 +1,5 @@
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { type CryptoKey, exportJWK, generateKeyPair, type JWK, SignJWT } from 'jose';
 
@@ -6,6 +7,19 @@ import { type CryptoKey, exportJWK, generateKeyPair, type JWK, SignJWT } from 'j
 
 export const ISSUER = 'https://id.example.test';
 export const AUDIENCE = 'playbook';
+
+/**
+ * What a `live` deployment must be told of its identity provider (D9): where its keys are (nothing is
+ * fetched there until a token is verified), and the issuer and audience its tokens carry.
+ */
+export function liveEnv(jwksUrl = 'https://id.example.test/.well-known/jwks.json'): Record<string, string> {
+  return {
+    PLAYBOOK_ENVIRONMENT: 'live',
+    PLAYBOOK_JWKS_URL: jwksUrl,
+    PLAYBOOK_JWT_ISSUER: ISSUER,
+    PLAYBOOK_JWT_AUDIENCE: AUDIENCE,
+  };
+}
 
 export interface SigningKey {
   readonly kid: string;
@@ -34,7 +48,10 @@ export function sign(
     .sign(key.privateKey);
 }
 
-/** An identity provider's key endpoint: a real HTTP server on 127.0.0.1 that counts its fetches. */
+/**
+ * An identity provider's key endpoint: a real HTTP server on 127.0.0.1 that counts its fetches; over
+ * https when given a certificate (for 127.0.0.1), as a live deployment requires.
+ */
 export class JwksServer {
   keys: JWK[] = [];
   fetches = 0;
@@ -42,7 +59,14 @@ export class JwksServer {
   malformed = false;
   /** Fetches still to be answered 500, as a provider in trouble would. */
   failures = 0;
-  private readonly server = http.createServer((request, response) => {
+  private readonly server: http.Server;
+
+  constructor(private readonly tls?: { readonly cert: Buffer; readonly key: Buffer }) {
+    const listener: http.RequestListener = (request, response) => this.answer(request, response);
+    this.server = tls ? https.createServer(tls, listener) : http.createServer(listener);
+  }
+
+  private answer(request: http.IncomingMessage, response: http.ServerResponse): void {
     if (request.url !== '/.well-known/jwks.json') {
       response.writeHead(404).end();
       return;
@@ -55,11 +79,12 @@ export class JwksServer {
     }
     const body = this.malformed ? { keys: 'not a list of keys' } : { keys: this.keys };
     response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
-  });
+  }
 
   async start(): Promise<string> {
     await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/.well-known/jwks.json`;
+    const scheme = this.tls ? 'https' : 'http';
+    return `${scheme}://127.0.0.1:${(this.server.address() as AddressInfo).port}/.well-known/jwks.json`;
   }
 
   stop(): Promise<void> {

@@ -15,7 +15,11 @@ export interface TcpProxy {
   close(): Promise<void>;
 }
 
-export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
+/** `host` is where the relay listens: 127.0.0.1 unless a test reaches the server by another address. */
+export async function startTcpProxy(
+  target: { host: string; port: number },
+  host = '127.0.0.1',
+): Promise<TcpProxy> {
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
     const upstream = net.connect(target.port, target.host);
@@ -32,7 +36,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
   const listen = (port: number) =>
     new Promise<number>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(port, '127.0.0.1', () => {
+      server.listen(port, host, () => {
         server.off('error', reject);
         resolve((server.address() as net.AddressInfo).port);
       });
@@ -48,7 +52,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     port,
     via: (url) => {
       const parsed = new URL(url);
-      parsed.hostname = '127.0.0.1';
+      parsed.hostname = host.includes(':') ? `[${host}]` : host;
       parsed.port = String(port);
       return parsed.toString();
     },

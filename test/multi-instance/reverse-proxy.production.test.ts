@@ -13,6 +13,7 @@ import {
   startPostgresWithDatabase,
   startRedis,
 } from '../helpers/servers.js';
+import { selfSignedCertificate } from '../helpers/tls.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
 /**
@@ -168,24 +169,8 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
     await fs.mkdir(path.join(dir, 'temp'), { recursive: true });
     // nginx's workers run as an unprivileged user when it is started as root: they write here.
     await fs.chmod(path.join(dir, 'temp'), 0o777);
-    await run('openssl', [
-      'req',
-      '-x509',
-      '-newkey',
-      'rsa:2048',
-      '-nodes',
-      '-days',
-      '1',
-      '-subj',
-      '/CN=localhost',
-      '-addext',
-      'subjectAltName=DNS:localhost,IP:127.0.0.1',
-      '-keyout',
-      path.join(dir, 'key.pem'),
-      '-out',
-      path.join(dir, 'cert.pem'),
-    ]);
-    ca = await fs.readFile(path.join(dir, 'cert.pem'));
+    const certificate = await selfSignedCertificate(dir);
+    ca = certificate.cert;
 
     ports = [await freePort(), await freePort()];
     const proxyPort = await freePort();
@@ -206,8 +191,8 @@ describe('behind nginx, with TLS and HTTP/2 (D31, docs/operations.md)', () => {
       ['127.0.0.1:8081', `127.0.0.1:${ports[0]}`],
       ['127.0.0.1:8082', `127.0.0.1:${ports[1]}`],
       ['listen 443 ssl http2', `listen 127.0.0.1:${proxyPort} ssl http2`],
-      ['/etc/playbook/tls/cert.pem', path.join(dir, 'cert.pem')],
-      ['/etc/playbook/tls/key.pem', path.join(dir, 'key.pem')],
+      ['/etc/playbook/tls/cert.pem', certificate.certFile],
+      ['/etc/playbook/tls/key.pem', certificate.keyFile],
       // Where a test's nginx keeps its files, rather than the system's.
       [
         'http {',

@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/foundation/config.js';
+import { DevTokenSigner } from '../../src/auth/dev-signer.js';
+import { ConfigError, deploymentEnvironment, loadConfig } from '../../src/foundation/config.js';
 
 describe('configuration (D13)', () => {
   it('has the documented defaults', () => {
@@ -219,6 +220,80 @@ describe('configuration (D13)', () => {
       expect(String((error as Error).message)).not.toContain('S3cretPw');
       expect(String((error as Error).message)).toContain('***@');
     }
+  });
+
+  describe('a live deployment never signs its own access tokens (D9)', () => {
+    const live = {
+      PLAYBOOK_ENVIRONMENT: 'live',
+      PLAYBOOK_JWKS_URL: 'https://id.example/.well-known/jwks.json',
+      PLAYBOOK_JWT_ISSUER: 'https://id.example/',
+      PLAYBOOK_JWT_AUDIENCE: 'playbook',
+    };
+    const without = (...names: (keyof typeof live)[]) =>
+      Object.fromEntries(Object.entries(live).filter(([name]) => !names.includes(name as keyof typeof live)));
+
+    it('loads with an https key set, an issuer and an audience', () => {
+      const config = loadConfig(live);
+      expect(config.environment).toBe('live');
+      expect(config.jwt).toMatchObject({
+        jwksUrl: live.PLAYBOOK_JWKS_URL,
+        issuer: live.PLAYBOOK_JWT_ISSUER,
+        audience: live.PLAYBOOK_JWT_AUDIENCE,
+      });
+      expect(DevTokenSigner.forDeployment(config)).toBeUndefined();
+    });
+
+    it.each([
+      [['PLAYBOOK_JWKS_URL'], /^PLAYBOOK_JWKS_URL is required with PLAYBOOK_ENVIRONMENT=live: /],
+      [['PLAYBOOK_JWT_ISSUER'], /^PLAYBOOK_JWT_ISSUER is required with PLAYBOOK_ENVIRONMENT=live: /],
+      [['PLAYBOOK_JWT_AUDIENCE'], /^PLAYBOOK_JWT_AUDIENCE is required with PLAYBOOK_ENVIRONMENT=live: /],
+      [
+        ['PLAYBOOK_JWKS_URL', 'PLAYBOOK_JWT_ISSUER', 'PLAYBOOK_JWT_AUDIENCE'],
+        /^PLAYBOOK_JWKS_URL, PLAYBOOK_JWT_ISSUER, PLAYBOOK_JWT_AUDIENCE are required with PLAYBOOK_ENVIRONMENT=live: /,
+      ],
+    ] as const)('stops without %j, naming each one missing', (missing, message) => {
+      expect(() => loadConfig(without(...missing))).toThrow(ConfigError);
+      expect(() => loadConfig(without(...missing))).toThrow(message);
+    });
+
+    it('stops on a key set fetched over plain http, naming the variable and never its password', () => {
+      for (const url of ['http://id.example/.well-known/jwks.json', 'http://127.0.0.1:9/jwks.json']) {
+        expect(() => loadConfig({ ...live, PLAYBOOK_JWKS_URL: url })).toThrow(
+          /^PLAYBOOK_JWKS_URL="http:\/\/.+" is not valid with PLAYBOOK_ENVIRONMENT=live: expected an https:\/\/ URL/,
+        );
+      }
+      expect(() => loadConfig({ ...live, PLAYBOOK_JWKS_URL: 'http://id:S3cretPw@id.example/jwks' })).toThrow(
+        /"http:\/\/\*\*\*@id.example\/jwks"/,
+      );
+    });
+
+    it('a test deployment keeps its embedded signer, and may fetch its key set over http', () => {
+      const test = loadConfig({ PLAYBOOK_DATA_DIR: '/srv/playbook' });
+      expect(DevTokenSigner.forDeployment(test)?.file).toBe(
+        path.resolve('/srv/playbook/dev-token-signing-key.json'),
+      );
+      const remote = loadConfig({ PLAYBOOK_JWKS_URL: 'http://127.0.0.1:9/jwks.json' });
+      expect(remote.jwt.jwksUrl).toBe('http://127.0.0.1:9/jwks.json');
+      expect(DevTokenSigner.forDeployment(remote)).toBeUndefined();
+    });
+
+    it('no signer is made for a live configuration built by other means than loadConfig', () => {
+      const made = { ...loadConfig({}), environment: 'live' as const };
+      expect(() => DevTokenSigner.forDeployment(made)).toThrow(
+        /^PLAYBOOK_JWKS_URL, PLAYBOOK_JWT_ISSUER, PLAYBOOK_JWT_AUDIENCE are required/,
+      );
+      const withKeys = {
+        ...made,
+        jwt: { ...made.jwt, jwksUrl: 'https://id.example/jwks', issuer: 'i', audience: 'a' },
+      };
+      expect(DevTokenSigner.forDeployment(withKeys)).toBeUndefined();
+    });
+
+    it('reads the environment alone, for a command that refuses to run in live', () => {
+      expect(deploymentEnvironment({})).toBe('test');
+      expect(deploymentEnvironment({ PLAYBOOK_ENVIRONMENT: 'live' })).toBe('live');
+      expect(() => deploymentEnvironment({ PLAYBOOK_ENVIRONMENT: 'prod' })).toThrow(/^PLAYBOOK_ENVIRONMENT=/);
+    });
   });
 
   it('treats an empty variable as unset', () => {

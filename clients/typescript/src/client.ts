@@ -1,5 +1,6 @@
 import { parseApiKey } from './api-key.js';
 import type { components, operations } from './openapi.js';
+import { isLoopbackUrl } from './origins.js';
 import { everyItem } from './pages.js';
 import { PlaybookSync } from './sync.js';
 import {
@@ -69,8 +70,21 @@ export interface PlaybookOptions {
   readonly apiKey?: string;
   /** A user access token, sent as `Authorization: Bearer`; key management needs one. */
   readonly accessToken?: string;
-  /** Where the service is: `https://playbook.example.com`. */
+  /**
+   * Where the service is: `https://playbook.example.com`. Plain `http:` is taken for a loopback host
+   * only (`localhost`, `*.localhost`, 127.0.0.0/8, `[::1]`, judged by the URL's text, never resolved),
+   * unless `allowInsecureHttp` says otherwise.
+   */
   readonly baseUrl: string;
+  /**
+   * Sends the key or token over plain `http:` to a host that is not loopback. Anyone on the way can
+   * read the credential and use it: for a network you trust end to end, never the internet. Off by
+   * default, when such a `baseUrl` is refused with a `TypeError` before anything is sent.
+   *
+   * @example
+   * new Playbook({ apiKey, baseUrl: 'http://playbook.lab.internal:8080', allowInsecureHttp: true });
+   */
+  readonly allowInsecureHttp?: boolean;
   /** The account to act for, sent as `x-account-id` (an access token listing several needs it). */
   readonly accountId?: string;
   /** How long one attempt may take before it is abandoned (and retried when that is safe); 30 s. */
@@ -83,7 +97,10 @@ export interface PlaybookOptions {
   readonly maxRetryDelayMs?: number;
   /** `true` for an in-memory cache, or a store of your own: reads revalidate with `If-None-Match`. */
   readonly cache?: boolean | PlaybookCache;
-  /** The `fetch` to use; Node's own by default. */
+  /**
+   * The `fetch` to use; Node's own by default. It is asked for `redirect: 'manual'`: the client follows
+   * a redirect itself, within the same https origin only.
+   */
   readonly fetch?: typeof fetch;
   /** Told of every final answer: status, request id, rate-limit budget, whether it came from cache. */
   readonly onResponse?: (info: ResponseInfo) => void;
@@ -120,6 +137,11 @@ export class Playbook {
       // fetch refuses such a URL, and the URL itself would show in every message; neither part is sent.
       throw new TypeError(
         'Playbook: baseUrl may not hold a user name or password: the API key is the credential',
+      );
+    }
+    if (baseUrl.protocol === 'http:' && !isLoopbackUrl(baseUrl) && options.allowInsecureHttp !== true) {
+      throw new TypeError(
+        `Playbook: baseUrl is plain http to ${baseUrl.host}, which is not loopback: the credential would cross the network readable by anyone on the way; use https, or allowInsecureHttp: true to send it anyway`,
       );
     }
     const credential =

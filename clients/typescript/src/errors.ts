@@ -9,7 +9,10 @@ export interface ProblemField {
 export interface PlaybookErrorInit {
   /** The HTTP status; 0 when no answer came (a network failure or a timeout). */
   readonly status: number;
-  /** The problem's stable code (`not_found`, `rate_limited`…), or `network_error` / `timeout`. */
+  /**
+   * The problem's stable code (`not_found`, `rate_limited`…), or `network_error` / `timeout`, or
+   * `redirect_refused` (a redirect to another origin or to plain http, never followed).
+   */
   readonly code: string;
   readonly title: string;
   readonly detail: string;

@@ -1,4 +1,5 @@
 import { PlaybookError, type ProblemField } from './errors.js';
+import { fetchWithinOrigin } from './origins.js';
 
 /** Per-call options, the last argument of every method. */
 export interface CallOptions {
@@ -135,8 +136,8 @@ const USER_AGENT = 'playbook-client/0.1.0';
 
 /**
  * Sends calls to the service: credentials, timeouts, retries with exponential backoff and full jitter
- * (honouring `Retry-After` and `RateLimit-Reset`), revalidation with `If-None-Match`, and every refusal
- * turned into a {@link PlaybookError}.
+ * (honouring `Retry-After` and `RateLimit-Reset`), revalidation with `If-None-Match`, redirects
+ * followed within the origin only, and every refusal turned into a {@link PlaybookError}.
  */
 export class Transport {
   constructor(private readonly options: TransportOptions) {}
@@ -173,7 +174,7 @@ export class Transport {
       const timeout = AbortSignal.timeout(timeoutMs);
       const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
       try {
-        const response = await options.fetch(url, {
+        const response = await fetchWithinOrigin(options.fetch, url, {
           method: call.method,
           headers,
           ...(call.body === undefined ? {} : { body: JSON.stringify(call.body) }),
