@@ -10,11 +10,18 @@ import {
 } from '@playbook/client';
 import type { Command } from 'commander';
 import { mapWithLimit } from '../db/batches.js';
-import { CatalogFolder, type FolderResource, type Written } from '../import/catalog-folder.js';
+import {
+  CatalogFolderChange,
+  FolderRefusedError,
+  type FolderResource,
+  type Written,
+} from '../import/catalog-folder.js';
+import { slugProblem } from '../import/schema-problems.js';
 import { stopped } from './audit.js';
 import { type CliContext, CommandError } from './context.js';
 import { DEFAULT_SERVICE_URL } from './get.js';
 import { printable } from './printable.js';
+import { type PulledResource, pulledCatalog, pulledDetail, pulledResource, refused } from './pulled-items.js';
 import {
   callFailed,
   INSECURE_HTTP_OPTION,
@@ -62,14 +69,16 @@ export function registerPullCommand(program: Command, context: CliContext): void
         `  PLAYBOOK_URL      where the service is, when --url is not given (default ${DEFAULT_SERVICE_URL})\n` +
         '  PLAYBOOK_API_KEY  an API key with the playbook:read scope\n\n' +
         'The folder holds catalog.json and resources/<slug>.json; content over 64 KiB, or not text, is\n' +
-        'written beside, in resources/files/. Files of Resources that are gone are removed.\n\n' +
+        'written beside, in resources/files/. The files of Resources that are gone are removed: only\n' +
+        'resource files, and the content files they name. Names from the service are checked and\n' +
+        'symbolic links in the folder refused; a pull refused or failed leaves the folder as it was.\n\n' +
         'Examples:\n' +
         '  playbook pull org/handbook ./catalogs && playbook publish ./catalogs/handbook\n' +
         '  playbook pull svc/handbook ./mirror --follow\n',
     )
     .action(async (ref: string, dir: string, options: PullOptions, command: Command) => {
       const match = REF.exec(ref);
-      if (!match) {
+      if (!match || slugProblem(match[2]!) !== undefined) {
         command.error(
           `error: ${printable(JSON.stringify(ref))} is not a ref: give owner/catalogSlug, owner svc or org`,
         );
@@ -97,9 +106,12 @@ export function registerPullCommand(program: Command, context: CliContext): void
     });
 }
 
-/** One Catalog kept as a folder: what is written of it, and how its changes are applied. */
+/**
+ * One Catalog kept as a folder: what is written of it, and how its changes are applied. Each sync (the
+ * initial one whole, then each page of changes) is one change of the folder, applied once every item
+ * of it has been read and checked: a refusal or a failure on the way leaves the folder as it was.
+ */
 class Puller {
-  private readonly folder: CatalogFolder;
   private catalogId: string | undefined;
   /** The slug of each Resource written, by id: a removal names the id alone. */
   private readonly written = new Map<string, string>();
@@ -109,10 +121,8 @@ class Puller {
     private readonly context: CliContext,
     private readonly owner: Owner,
     private readonly slug: string,
-    dir: string,
-  ) {
-    this.folder = new CatalogFolder(dir);
-  }
+    private readonly dir: string,
+  ) {}
 
   private get ref(): string {
     return `${this.owner}/${this.slug}`;
@@ -122,16 +132,18 @@ class Puller {
   async pull(): Promise<string> {
     const seen = new Set<string>();
     let syncToken: string | undefined;
-    for await (const page of this.playbook.sync.iterate()) {
-      await this.apply(page.data, seen, false);
-      syncToken = page.nextSyncToken ?? syncToken;
-    }
-    if (this.catalogId === undefined) {
-      throw new CommandError(`pull failed: no Catalog ${this.ref} that this key can read`);
-    }
-    await this.folder.removeAllBut(seen);
+    await this.change(async (folder) => {
+      for await (const page of this.playbook.sync.iterate()) {
+        await this.apply(folder, page.data, seen, []);
+        syncToken = page.nextSyncToken ?? syncToken;
+      }
+      if (this.catalogId === undefined) {
+        throw new CommandError(`pull failed: no Catalog ${this.ref} that this key can read`);
+      }
+      await folder.removeAllBut(seen);
+    });
     this.context.stdout.write(
-      `pulled ${this.ref} into ${this.folder.dir}: ${seen.size} resource${seen.size === 1 ? '' : 's'}\n`,
+      `pulled ${this.ref} into ${printable(this.dir)}: ${seen.size} resource${seen.size === 1 ? '' : 's'}\n`,
     );
     return syncToken!;
   }
@@ -151,53 +163,82 @@ class Puller {
     for await (const page of pages) {
       // A position the service no longer takes: everything is sent again, and what is not is gone.
       if (page.restarted) seen = new Set();
-      await this.apply(page.data, seen, !page.initial);
-      if (page.initial && page.nextSyncToken !== undefined) {
-        for (const slug of await this.folder.removeAllBut(seen)) this.say('-', slug);
-      }
+      const lines: string[] = [];
+      await this.change(async (folder) => {
+        await this.apply(folder, page.data, seen, page.initial ? [] : lines);
+        if (page.initial && page.nextSyncToken !== undefined) {
+          for (const slug of await folder.removeAllBut(seen)) lines.push(this.line('-', slug));
+        }
+      });
+      for (const line of lines) this.context.stdout.write(line);
     }
   }
 
-  /** Writes what `items` say of this Catalog, and counts each Resource written in `seen`. */
-  private async apply(items: readonly SyncItem[], seen: Set<string>, report: boolean): Promise<void> {
-    const mine: ResourceListItem[] = [];
+  /** Runs `work` on a change of the folder and applies it, or drops all of it when `work` fails. */
+  private async change(work: (folder: CatalogFolderChange) => Promise<void>): Promise<void> {
+    let folder: CatalogFolderChange;
+    try {
+      folder = await CatalogFolderChange.begin(this.dir);
+    } catch (error) {
+      throw refusal(error);
+    }
+    try {
+      await work(folder);
+      await folder.apply();
+    } catch (error) {
+      await folder.discard();
+      throw refusal(error);
+    }
+  }
+
+  /**
+   * Writes what `items` say of this Catalog, counts each Resource written in `seen`, and adds a line
+   * to `lines` for each file changed.
+   */
+  private async apply(
+    folder: CatalogFolderChange,
+    items: readonly SyncItem[],
+    seen: Set<string>,
+    lines: string[],
+  ): Promise<void> {
+    const mine: (ResourceListItem & PulledResource)[] = [];
     for (const item of items) {
       if (item.type === 'catalog') {
         const catalog = item.catalog;
-        if (catalog.owner !== this.owner || catalog.slug !== this.slug) continue;
-        this.catalogId = catalog.id;
-        const written = await this.writeCatalog(catalog);
-        if (report && written !== 'unchanged') this.context.stdout.write(`~ ${this.ref}: catalog.json\n`);
+        if (catalog?.owner !== this.owner || catalog.slug !== this.slug) continue;
+        this.catalogId = pulledCatalog(catalog, this.ref).id;
+        const written = await this.writeCatalog(folder, catalog);
+        if (written !== 'unchanged') lines.push(`~ ${this.ref}: catalog.json\n`);
       } else if (item.type === 'resource') {
-        if (item.resource.catalogId === this.catalogId) mine.push(item.resource);
+        if (item.resource?.catalogId === this.catalogId) mine.push(pulledResource(item.resource, this.ref));
       } else if (item.entity === 'catalog' && item.id === this.catalogId) {
-        // The Catalog left the caller's view, its Resources with it.
-        await this.folder.removeAll();
+        // The Catalog left the caller's view, its Resources with it; catalog.json stays (D27).
+        await folder.removeAllBut(new Set());
         this.written.clear();
-        this.context.stdout.write(`- ${this.ref}: no longer readable with this key; its files are removed\n`);
+        lines.push(`- ${this.ref}: no longer readable with this key; its Resources' files are removed\n`);
       } else if (item.entity === 'resource') {
         const slug = this.written.get(item.id);
-        if (slug !== undefined && (await this.folder.removeResource(slug))) this.say('-', slug);
+        if (slug !== undefined && (await folder.removeResource(slug))) lines.push(this.line('-', slug));
         this.written.delete(item.id);
       }
     }
     await mapWithLimit(mine, READS_AT_ONCE, async (resource) => {
-      const written = await this.writeResource(resource);
+      const written = await this.writeResource(folder, resource);
       if (written === undefined) return;
       seen.add(resource.slug);
-      if (report && written !== 'unchanged') this.say(written === 'created' ? '+' : '~', resource.slug);
+      if (written !== 'unchanged') lines.push(this.line(written === 'created' ? '+' : '~', resource.slug));
     });
   }
 
-  private say(sign: '+' | '-' | '~', slug: string): void {
-    this.context.stdout.write(`${sign} ${this.ref}/${slug}: resources/${slug}.json\n`);
+  private line(sign: '+' | '-' | '~', slug: string): string {
+    return `${sign} ${this.ref}/${slug}: resources/${slug}.json\n`;
   }
 
-  private writeCatalog(catalog: Catalog) {
+  private writeCatalog(folder: CatalogFolderChange, catalog: Catalog): Promise<Written> {
     if (!catalog.currentVersion) {
       throw new CommandError(`pull failed: ${this.ref} has no published version to name in catalog.json`);
     }
-    return this.folder.writeCatalog({
+    return folder.writeCatalog({
       name: catalog.name,
       version: catalog.currentVersion.version,
       status: catalog.status,
@@ -210,10 +251,13 @@ class Puller {
    * A Resource's file, from its detail (content and manifest, revalidated with its ETag); undefined when
    * the detail cannot be read with this key.
    */
-  private async writeResource(item: ResourceListItem): Promise<Written | undefined> {
+  private async writeResource(
+    folder: CatalogFolderChange,
+    item: ResourceListItem & PulledResource,
+  ): Promise<Written | undefined> {
     let detail: Resource;
     try {
-      detail = await this.playbook.resources.get(item.id);
+      detail = pulledDetail(await this.playbook.resources.get(item.id), item, this.ref);
     } catch (error) {
       // Listed but not readable: a plan it needs, or a current version not published to this key.
       if (error instanceof PlaybookError && (error.status === 403 || error.status === 404)) {
@@ -226,7 +270,7 @@ class Puller {
     }
     const version = detail.currentVersion;
     const resource: FolderResource = {
-      slug: detail.slug,
+      slug: item.slug,
       kind: detail.kind,
       title: detail.title,
       status: detail.status,
@@ -238,8 +282,13 @@ class Puller {
       manifest: version.manifest,
       content: version.content,
     };
-    const written = await this.folder.writeResource(resource);
-    this.written.set(detail.id, detail.slug);
+    const written = await folder.writeResource(resource);
+    this.written.set(item.id, item.slug);
     return written;
   }
+}
+
+/** A refusal of the folder's, in the command's words; any other failure as it is. */
+function refusal(error: unknown): unknown {
+  return error instanceof FolderRefusedError ? refused(printable(error.message)) : error;
 }

@@ -1,5 +1,6 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { isInside } from './folder-entries.js';
 
 /** What reading a `contentFile` gave: its text, or why it cannot be used. */
 export type ContentFileResult = { readonly content: string } | { readonly problem: string };
@@ -56,17 +57,6 @@ export async function readContentFile(
   } catch {
     return { problem: `is not valid UTF-8: ${contentFile}` };
   }
-}
-
-/** True when `candidate` is strictly below `folder` (the folder itself is not a file to read). */
-function isInside(folder: string, candidate: string): boolean {
-  const relative = path.relative(folder, candidate);
-  return (
-    relative !== '' &&
-    !relative.startsWith(`..${path.sep}`) &&
-    relative !== '..' &&
-    !path.isAbsolute(relative)
-  );
 }
 
 /** D20's limit on the content of one Resource Version, in words. */

@@ -20,6 +20,7 @@ import type { LifecycleStatus } from '../schemas/common.js';
 import { MAX_CATALOG_RESOURCES, type ResourceKind, type StorageBackend } from '../schemas/playbook.js';
 import { readContentFile, tooLarge } from './content-file.js';
 import { catalogFileCheck, type ResourceFile, resourceFileCheck } from './file-schemas.js';
+import { entryKind, kindOf, realEntryProblem } from './folder-entries.js';
 import { schemaProblems, slugProblem } from './schema-problems.js';
 
 /** Files read at once: enough to keep the disk busy, few enough to stay far from descriptor limits. */
@@ -95,11 +96,8 @@ export async function readImportTree(
     if (entry.name.startsWith('.')) continue;
     if (options.only !== undefined && entry.name !== options.only) continue;
     if (entry.isSymbolicLink()) {
-      listings.push(
-        emptyListing(entry.name, root, [
-          `${entry.name}: is a symbolic link; catalog folders must be real folders`,
-        ]),
-      );
+      const problem = realEntryProblem(kindOf(entry), 'folder', 'catalog folders must be real folders');
+      listings.push(emptyListing(entry.name, root, [`${entry.name}: ${problem}`]));
     } else if (entry.isDirectory()) {
       listings.push(
         await listCatalogFolder(root, entry.name, options.maxCatalogResources ?? MAX_CATALOG_RESOURCES),
@@ -163,27 +161,22 @@ async function listCatalogFolder(root: string, name: string, maxResources: numbe
   const resourcesDir = path.join(absolute, 'resources');
   let entries: Dirent[] = [];
   try {
-    const stat = await fs.lstat(resourcesDir);
-    if (stat.isSymbolicLink())
-      problems.push(`${name}/resources: is a symbolic link; it must be a real folder`);
-    else if (!stat.isDirectory()) problems.push(`${name}/resources: must be a folder`);
-    else entries = await fs.readdir(resourcesDir, { withFileTypes: true });
-  } catch (error) {
     // A catalog without resources is valid: it publishes a version with no pins.
-    if (errorCode(error) !== 'ENOENT')
-      problems.push(`${name}/resources: cannot be read (${errorCode(error)})`);
+    const kind = await entryKind(resourcesDir);
+    const problem = realEntryProblem(kind, 'folder');
+    if (problem) problems.push(`${name}/resources: ${problem}`);
+    else if (kind === 'folder') entries = await fs.readdir(resourcesDir, { withFileTypes: true });
+  } catch (error) {
+    problems.push(`${name}/resources: cannot be read (${errorCode(error)})`);
   }
 
   const resources: string[] = [];
   for (const entry of sortByName(entries)) {
     if (entry.name.startsWith('.') || !entry.name.endsWith('.json')) continue;
     const display = `${name}/resources/${entry.name}`;
-    if (entry.isSymbolicLink()) {
-      problems.push(`${display}: is a symbolic link; resource files must be real files`);
-      continue;
-    }
-    if (!entry.isFile()) {
-      problems.push(`${display}: is not a file`);
+    const problem = realEntryProblem(kindOf(entry), 'file', 'resource files must be real files');
+    if (problem) {
+      problems.push(`${display}: ${problem}`);
       continue;
     }
     const slug = entry.name.slice(0, -'.json'.length);
@@ -209,8 +202,8 @@ type CatalogReading = {
 async function readCatalogFile(listing: FolderListing): Promise<CatalogReading> {
   const display = `${listing.slug}/catalog.json`;
   const file = path.join(listing.absolute, 'catalog.json');
-  const stat = await fs.lstat(file).catch(() => undefined);
-  if (stat?.isSymbolicLink()) return { problems: [`${display}: is a symbolic link; it must be a real file`] };
+  const kind = await entryKind(file).catch(() => 'missing' as const);
+  if (kind === 'symbolic link') return { problems: [`${display}: ${realEntryProblem(kind, 'file')}`] };
   const json = await readJson(file, display, true);
   if ('problem' in json) return { problems: [json.problem] };
   const problems = schemaProblems(catalogFileCheck, json.value, display);

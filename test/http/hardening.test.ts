@@ -196,6 +196,73 @@ describe('defects of the outside review (issue 8)', () => {
       expect((await app.inject({ method: 'GET', url: '/v3/nothing' })).statusCode).toBe(404);
     });
   });
+
+  describe('D2: HTTP desync forms are refused, the connection closed, and nothing smuggled', () => {
+    /** A request the server must never see: it would answer it after the refusal on the same socket. */
+    const smuggled = () => `GET /v3/playbook/catalogs HTTP/1.1\r\nHost: x\r\nx-api-key: ${key}\r\n\r\n`;
+    // Authenticated, so that the body is read rather than refused unread.
+    const post = () =>
+      `POST /v3/identity/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\n`;
+    const forms: [string, () => string][] = [
+      [
+        'Content-Length and Transfer-Encoding',
+        () => `${post()}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${smuggled()}`,
+      ],
+      [
+        'Transfer-Encoding and then Content-Length',
+        () => `${post()}Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n${smuggled()}`,
+      ],
+      [
+        'two Content-Lengths that differ',
+        () => `${post()}Content-Length: 0\r\nContent-Length: ${smuggled().length}\r\n\r\n${smuggled()}`,
+      ],
+      [
+        'two equal Content-Lengths',
+        () => `${post()}Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}${smuggled()}`,
+      ],
+      ['a list of Content-Lengths', () => `${post()}Content-Length: 2, 2\r\n\r\n{}${smuggled()}`],
+      [
+        'an obs-fold header',
+        () => `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n  b\r\n\r\n${smuggled()}`,
+      ],
+      [
+        'an obs-fold Transfer-Encoding',
+        () => `${post()}Content-Length: 2\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n${smuggled()}`,
+      ],
+      ['bare LF line endings', () => `GET /healthz HTTP/1.1\nHost: x\n\n${smuggled()}`],
+      ['a bare LF between headers', () => `GET /healthz HTTP/1.1\r\nHost: x\nX-A: b\r\n\r\n${smuggled()}`],
+      [
+        'a chunk size that is not hexadecimal',
+        () => `${post()}Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n${smuggled()}`,
+      ],
+      [
+        'a chunk size that overflows',
+        () => `${post()}Transfer-Encoding: chunked\r\n\r\n${'f'.repeat(20)}\r\n{}\r\n0\r\n\r\n${smuggled()}`,
+      ],
+      [
+        'a negative chunk size',
+        () => `${post()}Transfer-Encoding: chunked\r\n\r\n-2\r\n{}\r\n0\r\n\r\n${smuggled()}`,
+      ],
+      [
+        'a chunk longer than its size',
+        () => `${post()}Transfer-Encoding: chunked\r\n\r\n1\r\n{}\r\n0\r\n\r\n${smuggled()}`,
+      ],
+      [
+        'a Transfer-Encoding that does not end in chunked',
+        () => `${post()}Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n${smuggled()}`,
+      ],
+    ];
+
+    it.each(forms)('refuses %s with a 400 and closes, answering nothing after it', async (_form, text) => {
+      const answer = await rawExchange(port, text());
+      expect(answer.status, answer.body).toBe(400);
+      expect(answer.headers['content-type']).toMatch(/^application\/problem\+json/);
+      expect(JSON.parse(answer.body.split('\r\n\r\n')[0]!)).toMatchObject({ status: 400 });
+      expect(answer.closed).toBe(true);
+      // One answer on the socket: the request behind the refused one was never read as a request.
+      expect(answer.body).not.toMatch(/HTTP\/1\.[01] \d{3} /);
+    });
+  });
 });
 
 describe('#6, #9 and D20, D21: input hygiene and bounded answers', () => {

@@ -1,7 +1,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { readHead } from '../../src/changes/change-log.js';
 import { DEMO_CATALOGS_DIR } from '../../src/composition/demo.js';
 import { importTree } from '../../src/import/import-tree.js';
@@ -10,6 +10,7 @@ import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { runCli, spawnCli } from '../helpers/cli.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
+import { folderSnapshot } from '../helpers/folder-snapshot.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
 import { importService, resourceFile } from '../helpers/sync-feed.js';
 
@@ -57,6 +58,12 @@ describe('playbook pull (D27)', () => {
     ...extra,
   });
   const cli = (args: string[], extra: Record<string, string> = {}) => runCli(args, env(extra));
+
+  /** Writes through the service as the account, and expects `status`. */
+  async function put(url: string, payload: Record<string, unknown>, status: number) {
+    const answer = await app.inject({ method: 'PUT', url, headers: writer, payload });
+    expect(answer.statusCode, answer.body).toBe(status);
+  }
 
   /** Pulls a Catalog of the account, publishes the folder back, and expects nothing written. */
   async function expectRoundTrip(slug: string, count: number) {
@@ -113,13 +120,7 @@ describe('playbook pull (D27)', () => {
         publishedResource('small-object', { storageBackend: 'object-storage', content: 'tiny\n' }),
       ],
     };
-    const made = await app.inject({
-      method: 'PUT',
-      url: '/v3/playbook/catalogs/org/generated',
-      headers: writer,
-      payload: body,
-    });
-    expect(made.statusCode, made.body).toBe(201);
+    await put('/v3/playbook/catalogs/org/generated', body, 201);
     await expectRoundTrip('generated', 7);
     const folder = path.join(out, 'generated', 'resources');
     const read = async (name: string) =>
@@ -155,31 +156,129 @@ describe('playbook pull (D27)', () => {
       version: '2',
       content: '{"a": [3]}\n',
     });
-    const put = await app.inject({
-      method: 'PUT',
-      url: '/v3/playbook/catalogs/org/generated/resources/data',
-      headers: writer,
-      payload: changed,
-    });
-    expect(put.statusCode, put.body).toBe(200);
+    await put('/v3/playbook/catalogs/org/generated/resources/data', changed, 200);
     expect((await cli(['pull', 'org/generated', out])).code).toBe(0);
     expect(await read('data')).toMatchObject({ version: '2', content: '{"a": [3]}\n' });
     expect((await fs.stat(path.join(folder, 'files', 'large.md'))).mtimeMs).toBe(stamp);
   });
 
-  it('removes the files of Resources the Catalog no longer has, and of content now inline', async () => {
+  it('removes only what it owns: the files of Resources gone, and content files no longer named (D27)', async () => {
     const folder = path.join(out, 'generated', 'resources');
-    await fs.writeFile(path.join(folder, 'stray.json'), '{}');
+    // A Resource file of a Resource the Catalog does not have, and the content file it names.
+    const stray = { kind: 'document', title: 'Stray', version: '1', mediaType: 'text/markdown' };
+    await fs.writeFile(
+      path.join(folder, 'stray.json'),
+      JSON.stringify({ ...stray, contentFile: 'files/stray.md' }),
+    );
     await fs.writeFile(path.join(folder, 'files', 'stray.md'), 'left over');
-    expect((await cli(['pull', 'org/generated', out])).code).toBe(0);
+    // Files that are not Resource files, and a file no Resource file names: not pull's to remove.
+    await fs.writeFile(path.join(folder, 'package.json'), '{ "name": "kept" }');
+    await fs.writeFile(path.join(folder, 'notes.json'), '{}');
+    await fs.writeFile(path.join(folder, 'files', 'unrelated.md'), 'kept');
+    // Content that moves inline: the content file its Resource file named goes.
+    const { slug: _slug, ...small } = publishedResource('large', { version: '2', content: '# Small now\n' });
+    await put('/v3/playbook/catalogs/org/generated/resources/large', small, 200);
+
+    const pulled = await cli(['pull', 'org/generated', out]);
+    expect(pulled, pulled.stderr).toMatchObject({ code: 0, stderr: '' });
     const names = await fs.readdir(folder);
     expect(names).not.toContain('stray.json');
-    expect(await fs.readdir(path.join(folder, 'files'))).toEqual(['binary.bin', 'large.md']);
+    expect(names).toEqual(expect.arrayContaining(['package.json', 'notes.json', 'large.json']));
+    expect(await fs.readFile(path.join(folder, 'package.json'), 'utf8')).toBe('{ "name": "kept" }');
+    expect(JSON.parse(await fs.readFile(path.join(folder, 'large.json'), 'utf8'))).toMatchObject({
+      content: '# Small now\n',
+    });
+    expect((await fs.readdir(path.join(folder, 'files'))).sort()).toEqual(['binary.bin', 'unrelated.md']);
+    // Nothing left aside: every file was written in a staging folder and renamed into place.
+    expect((await fs.readdir(out)).filter((name) => name.startsWith('.'))).toEqual([]);
+  });
+
+  describe('symbolic links in the folder it writes (D27)', () => {
+    let tree: string;
+    let elsewhere: string;
+
+    beforeAll(async () => {
+      await put(
+        '/v3/playbook/catalogs/org/linked',
+        { name: 'Linked', version: '1', resources: [publishedResource('one')] },
+        201,
+      );
+    });
+    beforeEach(async () => {
+      tree = await fs.mkdtemp(path.join(backend.workDir, 'tree-'));
+      elsewhere = await fs.mkdtemp(path.join(backend.workDir, 'elsewhere-'));
+      await fs.mkdir(path.join(elsewhere, 'resources'));
+      await fs.writeFile(path.join(elsewhere, 'package.json'), '{ "name": "kept" }');
+      await fs.writeFile(
+        path.join(elsewhere, 'resources', 'gone.json'),
+        JSON.stringify(resourceFile('gone')),
+      );
+    });
+
+    /** Pulls org/linked into `tree` and expects a refusal naming `link`, with nothing written anywhere. */
+    async function expectRefused(link: string) {
+      const before = { tree: await folderSnapshot(tree), elsewhere: await folderSnapshot(elsewhere) };
+      const refused = await cli(['pull', 'org/linked', tree]);
+      expect({ tree: await folderSnapshot(tree), elsewhere: await folderSnapshot(elsewhere) }).toEqual(
+        before,
+      );
+      expect(refused.code, refused.stdout).toBe(1);
+      expect(refused.stderr).toBe(
+        `playbook: pull refused: ${link}: is a symbolic link; it must be a real ${link.endsWith('.json') ? 'file' : 'folder'}; the folder is left as it was\n`,
+      );
+    }
+
+    it('refuses a Catalog folder that is a symbolic link', async () => {
+      await fs.symlink(elsewhere, path.join(tree, 'linked'));
+      await expectRefused('linked');
+    });
+
+    it('refuses resources/ and resources/files/ that are symbolic links', async () => {
+      await fs.mkdir(path.join(tree, 'linked'));
+      await fs.symlink(elsewhere, path.join(tree, 'linked', 'resources'));
+      await expectRefused('linked/resources');
+      await fs.rm(path.join(tree, 'linked', 'resources'));
+      await fs.mkdir(path.join(tree, 'linked', 'resources'));
+      await fs.symlink(elsewhere, path.join(tree, 'linked', 'resources', 'files'));
+      await expectRefused('linked/resources/files');
+    });
+
+    it('refuses a file it would write or remove that is a symbolic link', async () => {
+      const resources = path.join(tree, 'linked', 'resources');
+      await fs.mkdir(resources, { recursive: true });
+      await fs.symlink(path.join(elsewhere, 'package.json'), path.join(resources, 'one.json'));
+      await expectRefused('linked/resources/one.json');
+      await fs.rm(path.join(resources, 'one.json'));
+      // A Resource file the Catalog does not have: one pull would remove.
+      await fs.symlink(path.join(elsewhere, 'resources', 'gone.json'), path.join(resources, 'gone.json'));
+      await expectRefused('linked/resources/gone.json');
+      await fs.rm(path.join(resources, 'gone.json'));
+      await fs.symlink(path.join(elsewhere, 'package.json'), path.join(tree, 'linked', 'catalog.json'));
+      await expectRefused('linked/catalog.json');
+    });
+
+    it('writes aside under names no one can make first', async () => {
+      // A link where a file written aside under a guessable name would go is never written through.
+      const resources = path.join(tree, 'linked', 'resources');
+      await fs.mkdir(resources, { recursive: true });
+      const victim = path.join(elsewhere, 'package.json');
+      for (const name of ['one.json', 'catalog.json']) {
+        const folder = name === 'one.json' ? resources : path.dirname(resources);
+        await fs.symlink(victim, path.join(folder, `${name}.${process.pid}.partial`));
+      }
+      const pulled = await cli(['pull', 'org/linked', tree]);
+      expect(pulled, pulled.stderr).toMatchObject({ code: 0, stderr: '' });
+      expect(await fs.readFile(victim, 'utf8')).toBe('{ "name": "kept" }');
+      expect(JSON.parse(await fs.readFile(path.join(resources, 'one.json'), 'utf8'))).toMatchObject({
+        title: 'The one',
+      });
+    });
   });
 
   it('refuses what it cannot do: a bad ref or no key is bad usage, a Catalog it cannot read a failure', async () => {
     expect((await cli(['pull', 'handbook', out])).code).toBe(2);
     expect((await cli(['pull', 'org/Not_A_Slug', out])).code).toBe(2);
+    expect((await cli(['pull', `org/${'a'.repeat(121)}`, out])).code).toBe(2);
     const noKey = await runCli(['pull', 'org/generated', out], { ...backend.env, PLAYBOOK_URL: baseUrl });
     expect(noKey.code).toBe(2);
     expect(noKey.stderr).toMatch(/PLAYBOOK_API_KEY must hold an API key/);

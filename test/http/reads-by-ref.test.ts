@@ -401,10 +401,13 @@ describe('reads by human ref (D29)', () => {
     };
 
     /** `playbook import` of one service Catalog, another process's write as the service knows it. */
-    async function importServiceCatalog(slug: string, version: string): Promise<void> {
+    async function importServiceCatalog(slug: string, version: string, status = 'active'): Promise<void> {
       const tree = path.join(backend.workDir, `by-ref-${slug}-${version}`);
       await fs.mkdir(path.join(tree, slug, 'resources'), { recursive: true });
-      await fs.writeFile(path.join(tree, slug, 'catalog.json'), JSON.stringify({ name: 'Guide', version }));
+      await fs.writeFile(
+        path.join(tree, slug, 'catalog.json'),
+        JSON.stringify({ name: 'Guide', version, status }),
+      );
       await fs.writeFile(
         path.join(tree, slug, 'resources', 'doc.json'),
         JSON.stringify({
@@ -483,6 +486,19 @@ describe('reads by human ref (D29)', () => {
       expect(await heldOf(acme, accountReads)).toBe(accountReads.length);
       // The new service Catalog is read by its ref at once.
       expect((await get(resourceUrl('svc/guide', 'doc'), acme)).json().currentVersion.content).toBe('1');
+    });
+
+    it('a service Catalog put back into draft is 404 by ref at once, to every caller, though its answers were held', async () => {
+      await importServiceCatalog('soon-draft', '1');
+      const urls = [catalogUrl('svc/soon-draft'), resourceUrl('svc/soon-draft', 'doc')];
+      for (const caller of [acme, globex, anonymous]) {
+        await heldOf(caller, urls);
+        expect(await heldOf(caller, urls)).toBe(urls.length);
+      }
+      await importServiceCatalog('soon-draft', '2', 'draft');
+      for (const caller of [acme, globex, anonymous]) {
+        for (const url of urls) await expectNotFound(url, caller);
+      }
     });
   });
 });

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabases } from '../../src/db/create-db.js';
 import { migrateToLatest } from '../../src/db/migrate.js';
 import { loadConfig } from '../../src/foundation/config.js';
+import { generateApiKey } from '../../src/schemas/api-key-format.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { publishedResource } from '../helpers/publish-bodies.js';
 import {
@@ -49,6 +50,8 @@ describe('a database outage under two instances (D31)', () => {
   const keys: Record<'reader' | 'revokedBefore' | 'revokedWhileCut', { id: string; key: string }> =
     {} as never;
   let detail: string;
+  /** A key made before the outage and never presented: no instance has verified it. */
+  let unverified: string;
 
   const get = (instance: Instance, url: string, key: string): Promise<LightMyRequestResponse> =>
     instance.app.inject({ url, headers: { 'x-api-key': key } });
@@ -111,6 +114,7 @@ describe('a database outage under two instances (D31)', () => {
     keys.reader = await keyOf('reader', ['playbook:read']);
     keys.revokedBefore = await keyOf('revoked before', ['playbook:read']);
     keys.revokedWhileCut = await keyOf('revoked while cut', ['playbook:read']);
+    unverified = (await keyOf('never presented', ['playbook:read'])).key;
     const published = await a.app.inject({
       method: 'PUT',
       url: CATALOG,
@@ -194,7 +198,19 @@ describe('a database outage under two instances (D31)', () => {
       expect(Number(write.headers['retry-after'])).toBeGreaterThan(0);
       const cold = await get(instance, `${RESOURCES}?pageSize=2`, keys.reader.key);
       expect(cold.statusCode).toBe(503);
+      expect(cold.json()).toMatchObject({ code: 'unavailable' });
       expect(Number(cold.headers['retry-after'])).toBeGreaterThan(0);
+      // A key never verified here, and one of no key at all, even for an answer held: only the
+      // database could tell them apart, so each is 503, never a 401 that calls a valid key invalid.
+      for (const [which, key] of [
+        ['never presented', unverified],
+        ['unknown', generateApiKey('test').key],
+      ] as const) {
+        const unknown = await get(instance, detail, key);
+        expect(unknown.statusCode, which).toBe(503);
+        expect(unknown.json(), which).toMatchObject({ code: 'unavailable' });
+        expect(Number(unknown.headers['retry-after']), which).toBeGreaterThan(0);
+      }
       // Ready, for it serves what it holds; the strict form fails.
       const ready = await instance.app.inject({ url: '/readyz' });
       expect(ready.statusCode).toBe(200);
