@@ -43,7 +43,14 @@ describe('playbook token and playbook keys (D14)', () => {
       expect(result).toMatchObject({ code: 0, stderr: '' });
       expect(result.stdout).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+\n$/);
       const verified = await identity.tokens.verify(result.stdout.trim());
-      expect(verified).toEqual({ subject: 'ada', accounts: ['acme', 'globex'] });
+      // An hour by default: `exp` is in seconds since the epoch.
+      const hourFromNow = Math.floor(Date.now() / 1000) + 3600;
+      expect(verified).toEqual({
+        subject: 'ada',
+        accounts: ['acme', 'globex'],
+        expiresAt: expect.any(Number),
+      });
+      expect(Math.abs(verified.expiresAt - hourFromNow)).toBeLessThanOrEqual(5);
       const stat = await fs.stat(path.join(backend.workDir, DEV_KEY_FILE));
       expect(stat.mode & 0o777).toBe(0o600);
     });
