@@ -6,7 +6,8 @@ import { startTracing } from '../observability/tracing.js';
 import { InstanceState } from '../routes/operations.js';
 import { type CliContext, CommandError } from './context.js';
 
-const DRAIN_TIMEOUT_MS = 10_000;
+/** How long a stop waits for the requests in flight once the shutdown delay is over. */
+export const DRAIN_TIMEOUT_MS = 10_000;
 
 /**
  * `playbook serve [--port N] [--host H] [--no-migrate]` (D14): migrates, then serves; SIGTERM drains
