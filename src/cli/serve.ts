@@ -1,13 +1,19 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { importDemoContentIfEmpty } from '../composition/demo.js';
+import { pendingMigrations } from '../db/migrate.js';
 import { startMetricsServer } from '../observability/metrics.js';
 import { startTracing } from '../observability/tracing.js';
 import { InstanceState } from '../routes/operations.js';
-import type { CliContext } from './context.js';
+import { type CliContext, CommandError } from './context.js';
 
-const DRAIN_TIMEOUT_MS = 10_000;
+/** How long a stop waits for the requests in flight once the shutdown delay is over. */
+export const DRAIN_TIMEOUT_MS = 10_000;
 
-/** `playbook serve [--port N] [--host H]` (D14): migrates, then serves; SIGTERM drains in-flight requests. */
+/**
+ * `playbook serve [--port N] [--host H] [--no-migrate]` (D14): migrates, then serves; SIGTERM drains
+ * in-flight requests. With `--no-migrate`, as replicas run beside a `playbook migrate` of their own, it
+ * leaves the schema alone and refuses to start against one this version is ahead of.
+ */
 export function registerServeCommand(program: Command, context: CliContext): void {
   program
     .command('serve')
@@ -20,12 +26,31 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
     )
     .option('--port <port>', 'port to listen on (default: PORT or 8080)', parsePort)
     .option('--host <host>', 'address to listen on (default: HOST or 127.0.0.1)')
-    .action(async (options: { port?: number; host?: string }) => {
+    .option(
+      '--no-migrate',
+      'leave the schema alone; refuse to start unless `playbook migrate` brought it up to date',
+    )
+    .action(async (options: { port?: number; host?: string; migrate: boolean }) => {
       const config = context.config();
       const logger = context.logger();
       // Started before anything else opens, so that the first requests are traced too.
       const traced = await startTracing(context.env);
-      const services = await context.openServices({ sync: true, ...(traced ? { tracing: traced } : {}) });
+      const services = await context.openServices({
+        sync: true,
+        migrate: options.migrate,
+        ...(traced ? { tracing: traced } : {}),
+      });
+      if (!options.migrate) {
+        // A failure to read which migrations ran ends the process as any failure to start does.
+        const pending = await pendingMigrations(services.databases);
+        if (pending.length > 0) {
+          await services.close();
+          await traced?.close();
+          throw new CommandError(
+            `the database schema is behind this version of playbook (${pending.join(', ')} not run): run \`playbook migrate\`, then start again`,
+          );
+        }
+      }
       // The HTTP side is loaded by this command only: the others never need it.
       const { buildApp } = await import('../composition/app.js');
       // D29: the docs pages are rendered once, before the first request.

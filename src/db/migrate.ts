@@ -1,4 +1,4 @@
-import { type Kysely, type Migration, type MigrationResultSet, Migrator } from 'kysely';
+import { type Kysely, type Migration, type MigrationResultSet, Migrator, sql } from 'kysely';
 import type { Databases } from './create-db.js';
 import * as catalogs from './migrations/0001-catalogs.js';
 import * as apiKeys from './migrations/0002-api-keys.js';
@@ -36,7 +36,10 @@ const migrations: Record<string, DialectMigration> = {
   '0014-webhook-fair-share': webhookFairShare,
 };
 
-/** Brings the schema of the primary database up to date; throws with the failing migration's name. */
+/**
+ * Brings the schema of the primary database up to date; throws with the failing migration's name.
+ * Two runs at once never both migrate: the second waits for the first, then finds nothing to do.
+ */
 export function migrateToLatest(databases: Pick<Databases, 'primary' | 'dialect'>): Promise<string[]> {
   return migrate(databases, (migrator) => migrator.migrateToLatest());
 }
@@ -50,28 +53,81 @@ export function migrateTo(
   return migrate(databases, (migrator) => migrator.migrateTo(target));
 }
 
+/** The migrations this version has that the database has not run, in order; it writes nothing. */
+export async function pendingMigrations(
+  databases: Pick<Databases, 'primary' | 'dialect'>,
+): Promise<string[]> {
+  const known = await migratorOn(
+    databases.primary as unknown as Kysely<unknown>,
+    databases.dialect,
+  ).getMigrations();
+  return known.filter((migration) => migration.executedAt === undefined).map((migration) => migration.name);
+}
+
+/** How long a run waits for another one's migrations to end: as long as Kysely's lock on PostgreSQL. */
+const MIGRATION_WAIT_MS = 60 * 60 * 1000;
+
 async function migrate(
   databases: Pick<Databases, 'primary' | 'dialect'>,
   run: (migrator: Migrator) => Promise<MigrationResultSet>,
 ): Promise<string[]> {
   const { dialect } = databases;
-  const bound: Record<string, Migration> = {};
-  for (const [name, migration] of Object.entries(migrations)) {
-    const { down } = migration;
-    bound[name] = {
-      up: (db) => migration.up(db, dialect),
-      ...(down ? { down: (db: Kysely<unknown>) => down(db, dialect) } : {}),
-    };
-  }
   // Migrations describe the schema the table types come from, so they see no table types.
-  const migrator = new Migrator({
-    db: databases.primary as unknown as Kysely<unknown>,
-    provider: { getMigrations: async () => bound },
-  });
-  const result: MigrationResultSet = await run(migrator);
+  const primary = databases.primary as unknown as Kysely<unknown>;
+  // On PostgreSQL, Kysely's migrator holds a session advisory lock from before it reads which migrations
+  // ran until after the transaction that runs them all (postgres-adapter.js, `acquireMigrationLock`).
+  // On SQLite it takes no lock at all, and runs each migration without a transaction: the whole run is
+  // one transaction here, begun IMMEDIATE, so that it holds the file's write lock from that read on.
+  const result: MigrationResultSet =
+    dialect === 'sqlite'
+      ? await primary
+          .connection()
+          .execute((connection) => holdingWriteLock(connection, () => run(migratorOn(connection, dialect))))
+      : await run(migratorOn(primary, dialect));
   if (result.error) {
     const failed = result.results?.find((r) => r.status === 'Error')?.migrationName ?? 'unknown';
     throw new Error(`migration ${failed} failed: ${String(result.error)}`, { cause: result.error });
   }
   return (result.results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+}
+
+function migratorOn(db: Kysely<unknown>, dialect: Dialect): Migrator {
+  const bound: Record<string, Migration> = {};
+  for (const [name, migration] of Object.entries(migrations)) {
+    const { down } = migration;
+    bound[name] = {
+      up: (on) => migration.up(on, dialect),
+      ...(down ? { down: (on: Kysely<unknown>) => down(on, dialect) } : {}),
+    };
+  }
+  return new Migrator({ db, provider: { getMigrations: async () => bound } });
+}
+
+/**
+ * Runs `work` in a transaction that holds the SQLite file's write lock from its first statement,
+ * committed when the migrations succeed and rolled back whole when one fails, as on PostgreSQL.
+ */
+async function holdingWriteLock(
+  connection: Kysely<unknown>,
+  work: () => Promise<MigrationResultSet>,
+): Promise<MigrationResultSet> {
+  const deadline = Date.now() + MIGRATION_WAIT_MS;
+  for (;;) {
+    try {
+      // Waits up to the connection's busy_timeout for another writer, then says SQLITE_BUSY.
+      await sql`begin immediate`.execute(connection);
+      break;
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== 'SQLITE_BUSY' || Date.now() > deadline) throw error;
+    }
+  }
+  let result: MigrationResultSet;
+  try {
+    result = await work();
+  } catch (error) {
+    await sql`rollback`.execute(connection);
+    throw error;
+  }
+  await sql.raw(result.error ? 'rollback' : 'commit').execute(connection);
+  return result;
 }

@@ -1,14 +1,13 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
-import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import { runCli } from '../helpers/cli.js';
+import { inFlight, slowPublish } from '../helpers/in-flight.js';
 import { healthzUntil, npmStart, type Started } from '../helpers/npm-start.js';
-import { publishedResource } from '../helpers/publish-bodies.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
 /**
@@ -19,45 +18,6 @@ import { sleep, waitFor } from '../helpers/wait.js';
  * build (`npm start --ignore-scripts`; start.test.ts covers the build): the same processes in the same
  * tree.
  */
-
-interface Answer {
-  readonly status: number;
-  readonly headers: http.IncomingHttpHeaders;
-  readonly body: string;
-}
-
-/**
- * A dry-run publication whose body arrives in two parts: the headers and the first part now, the rest
- * when `finish()` is called. Until then the request is in flight on the server, its handler waiting
- * for the body.
- */
-function slowPublish(address: string, key: string): { finish(): void; answer: Promise<Answer> } {
-  const body = Buffer.from(
-    JSON.stringify({ name: 'Signals', version: '1', resources: [publishedResource('intro')] }),
-  );
-  const request = http.request(`${address}/v3/playbook/catalogs/org/signals?dryRun=true`, {
-    method: 'PUT',
-    agent: false,
-    headers: { 'x-api-key': key, 'content-type': 'application/json', 'content-length': body.length },
-  });
-  const answer = new Promise<Answer>((resolve, reject) => {
-    request.on('response', (response) => {
-      let text = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => {
-        text += chunk;
-      });
-      response.on('end', () =>
-        resolve({ status: response.statusCode!, headers: response.headers, body: text }),
-      );
-      response.on('error', reject);
-    });
-    request.on('error', reject);
-  });
-  const half = Math.floor(body.length / 2);
-  request.write(body.subarray(0, half));
-  return { finish: () => request.end(body.subarray(half)), answer };
-}
 
 /** Whether something listens on `port` of loopback: a connection is taken, or refused. */
 async function listening(port: number): Promise<boolean> {
@@ -78,19 +38,6 @@ async function bindable(port: number): Promise<boolean> {
     server.once('error', () => resolve(false));
     server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
   });
-}
-
-/**
- * Waits until the server has accepted the publication's key: its request is then in flight, its handler
- * waiting for the body. A signal sent while it was still on its way would find the listener closed.
- */
-async function inFlight(metrics: string): Promise<void> {
-  const accepted = /^playbook_authentications_total\{kind="api_key",outcome="accepted",reason=""\} 1$/m;
-  await waitFor(
-    'the request in flight',
-    async () => accepted.test(await (await fetch(metrics)).text()),
-    5000,
-  );
 }
 
 /** The processes of a group, as `ps` lists them: pid, parent, command line. */

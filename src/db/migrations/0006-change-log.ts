@@ -12,14 +12,9 @@ import type { Dialect } from '../tables.js';
  * of the Catalog or Resource that still has that ref, or keeps the ref. Their table is left in place
  * for one release, unread, so that instances of the previous release keep writing during a rolling
  * deploy (their writes move the head without a change, which tells every follower to start afresh).
- * All of it is one transaction on SQLite too, where migrations are otherwise not wrapped in one.
+ * All of it is one transaction, as every run of migrations is (db/migrate.ts).
  */
 export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
-  if (dialect === 'sqlite') await db.transaction().execute((trx) => migrate(trx, dialect));
-  else await migrate(db, dialect);
-}
-
-async function migrate(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
   const text = (column: ColumnDefinitionBuilder) =>
     dialect === 'postgres' ? column.modifyFront(sql`collate "C"`) : column;
   await db.schema
