@@ -3,7 +3,7 @@ import type { ListPositions } from '../catalog/read-repository.js';
 import type { FollowedChanges } from '../changes/change-follower.js';
 import { ALWAYS_TRUSTED, type Trust } from '../changes/memory-trust.js';
 import { Answer, type ReadAnswer } from '../http/answer.js';
-import { SharedStream } from '../http/shared-stream.js';
+import { StreamedAnswer } from '../http/streamed-answer.js';
 import { type CountedSeries, Metrics } from '../observability/metrics.js';
 import type { AnswerKey } from './answer-keys.js';
 
@@ -90,7 +90,7 @@ export class AnswerCache {
   /**
    * The most one answer may hold to be kept whole: a share of the budget, so that one large answer
    * never pushes out most of the others. A larger one is written as it is read each time it is asked
-   * for (its validator and what makes it are kept instead, `SharedStream`).
+   * for (its validator and what makes it are kept instead, `StreamedAnswer`).
    */
   get share(): number {
     return this.maxBytes / ANSWER_SHARES;
@@ -105,6 +105,19 @@ export class AnswerCache {
       this.hits++;
       this.hit.inc();
     }
+    return answer;
+  }
+
+  /**
+   * The answer under `key` when it is held whole, counted as a hit; anything else is `undefined` and
+   * counted as nothing, for the request's usual path (`get`) to look again and count what it finds.
+   */
+  held(key: AnswerKey): Answer | undefined {
+    if (!this.trust.trusted) return undefined;
+    const answer = this.entries?.get(key)?.answer;
+    if (!(answer instanceof Answer)) return undefined;
+    this.hits++;
+    this.hit.inc();
     return answer;
   }
 
@@ -225,5 +238,5 @@ export class AnswerCache {
 
 function bytesOf(answer: ReadAnswer): number {
   if (answer instanceof Answer) return answer.bytes;
-  return answer instanceof SharedStream ? answer.heldBytes : LAZY_ANSWER_BYTES;
+  return answer instanceof StreamedAnswer ? answer.heldBytes : LAZY_ANSWER_BYTES;
 }
