@@ -1,5 +1,4 @@
-import { randomUUID } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
+import http from 'node:http';
 import AjvCompiler, { type Options as AjvOptions } from '@fastify/ajv-compiler';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, {
@@ -11,14 +10,15 @@ import Fastify, {
 import type { ReadAnswers } from '../answers/read-answers.js';
 import type { AuditLog } from '../audit/audit-log.js';
 import type { ApiKeyService } from '../auth/api-key-service.js';
-import type { Authenticator } from '../auth/authenticator.js';
+import { type Authenticator, authenticationCounts } from '../auth/authenticator.js';
 import type { LeakReportSignatures } from '../auth/leak-reports.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
 import { type DocsSite, renderDocs } from '../docs/docs-site.js';
-import { holdsCredential } from '../foundation/redact-url.js';
-import { CREDENTIAL_SAFE_SERIALIZERS } from '../http/access-log.js';
+import { AccessLog, CREDENTIAL_SAFE_SERIALIZERS } from '../http/access-log.js';
+import { clientAddressOf, trustProxyOption } from '../http/client-address.js';
 import { clientErrorHandler } from '../http/connection-close.js';
 import { handleClientError, handleError } from '../http/problem.js';
+import { requestIdOf } from '../http/request-id.js';
 import { lazyRequestLogger } from '../http/request-logger.js';
 import { isCheckedInSlices } from '../http/sliced-body.js';
 import { Metrics } from '../observability/metrics.js';
@@ -26,12 +26,12 @@ import type { Tracing } from '../observability/tracing.js';
 import type { PublishService } from '../publish/publish-service.js';
 import { docsPagesRoutes } from '../routes/docs-pages.js';
 import { identityRoutes } from '../routes/identity.js';
+import { MemoryReads } from '../routes/memory-reads.js';
 import { type InstanceState, operationsRoutes, type ReadinessCheck } from '../routes/operations.js';
 import { playbookRoutes } from '../routes/playbook.js';
 import { publishRoutes } from '../routes/publish.js';
 import { syncRoutes } from '../routes/sync.js';
 import { webhookRoutes } from '../routes/webhooks.js';
-import { REQUEST_ID_PATTERN } from '../schemas/common.js';
 import type { HeldRequests } from '../sync/held-requests.js';
 import type { SyncFeed } from '../sync/sync-feed.js';
 import type { WebhookEndpoints } from '../webhooks/webhook-endpoints.js';
@@ -91,19 +91,6 @@ export interface AppDependencies {
 /** D20's defaults, as the configuration has them. */
 const DEFAULT_TIMEOUTS = { requestMs: 30_000, keepAliveMs: 72_000 };
 
-const SANE_REQUEST_ID = new RegExp(REQUEST_ID_PATTERN);
-
-/**
- * Echo a caller's request id when it is sane; otherwise make one (D2). A credential sent as one would
- * be echoed in the answer and written in every log line of the request (D21).
- */
-function requestIdOf(request: IncomingMessage): string {
-  const sent = request.headers['x-request-id'];
-  return typeof sent === 'string' && SANE_REQUEST_ID.test(sent) && !holdsCredential(sent)
-    ? sent
-    : randomUUID();
-}
-
 /** Whatever logger the app is given writes requests and errors with no credential in them (D21). */
 function credentialSafe(
   logger: FastifyServerOptions['logger'] | FastifyBaseLogger,
@@ -141,11 +128,6 @@ function validatorPerPart(
   };
 }
 
-/** A hop count trusts that many proxies nearest the service; addresses and booleans pass as they are. */
-function trustProxyOption(setting: boolean | number | string[]): FastifyServerOptions['trustProxy'] {
-  return typeof setting === 'number' ? (_address: string, hop: number) => hop < setting : setting;
-}
-
 /**
  * Builds the HTTP application from explicit dependencies. Starts nothing: `server.ts` and the tests
  * compose the dependencies and decide whether to listen.
@@ -153,7 +135,32 @@ function trustProxyOption(setting: boolean | number | string[]): FastifyServerOp
 export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> {
   const loggerOption = deps.logger ?? false;
   const timeouts = deps.timeouts ?? DEFAULT_TIMEOUTS;
+  const metrics = deps.metrics ?? new Metrics();
+  const accessLog = new AccessLog(metrics);
+  const counts = authenticationCounts(metrics);
+  let draining = false;
+  // Reads answered from memory go no further than the server's own handler (routes/memory-reads.ts);
+  // with tracing on, every request goes through the hooks that make its span.
+  let memoryReads: MemoryReads | undefined;
+  /** Fastify's own handler of a request, which the server calls for every request not answered from memory. */
+  let frameworkHandler: http.RequestListener | undefined;
+  const serverOptions: http.ServerOptions = {
+    // A missing Host is refused below with a problem document, rather than by Node with a bare 400.
+    requireHostHeader: false,
+    headersTimeout: timeouts.requestMs,
+    connectionsCheckingInterval: Math.min(1000, timeouts.requestMs),
+  };
   const app = Fastify({
+    serverFactory: (handler) => {
+      frameworkHandler = handler;
+      const server = http.createServer(serverOptions, (request, response) => {
+        if (!memoryReads?.handle(request, response)) handler(request, response);
+      });
+      // What Fastify sets on a server it makes itself.
+      server.keepAliveTimeout = timeouts.keepAliveMs;
+      server.requestTimeout = timeouts.requestMs;
+      return server;
+    },
     ...credentialSafe(loggerOption),
     genReqId: requestIdOf,
     // One access line per request instead of Fastify's two (D25): see http/access-log.ts.
@@ -164,7 +171,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     // Requests that arrive while the server drains are refused by the hook below with a problem
     // document, rather than Fastify's bare 503.
     return503OnClosing: false,
-    trustProxy: trustProxyOption(deps.trustProxy ?? false),
+    trustProxy: trustProxyOption(deps.trustProxy ?? false) as FastifyServerOptions['trustProxy'],
     // Path values up to this length reach schema validation, which names the bad one (D4); the
     // router's default of 100 would turn a 121-character slug into a bare 414.
     routerOptions: { maxParamLength: 2048 },
@@ -178,12 +185,6 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     // checks every second rather than every 30.
     requestTimeout: timeouts.requestMs,
     keepAliveTimeout: timeouts.keepAliveMs,
-    http: {
-      // A missing Host is refused below with a problem document, rather than by Node with a bare 400.
-      requireHostHeader: false,
-      headersTimeout: timeouts.requestMs,
-      connectionsCheckingInterval: Math.min(1000, timeouts.requestMs),
-    },
     ajv: {
       customOptions: {
         // Unknown parameters and fields are errors to report, not properties to drop silently (D3).
@@ -204,7 +205,11 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     authenticator: deps.authenticator,
     rateLimits: deps.rateLimits,
     timeouts,
-    metrics: deps.metrics ?? new Metrics(),
+    accessLog,
+    counts,
+    onDraining: () => {
+      draining = true;
+    },
     ...(deps.tracing ? { tracing: deps.tracing } : {}),
   });
   await app.register(documentation, {
@@ -225,6 +230,19 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     }),
   );
   await app.register(playbookRoutes(deps.reads));
+  if (!deps.tracing) {
+    memoryReads = new MemoryReads({
+      answers: deps.reads,
+      authenticator: deps.authenticator,
+      limiter: deps.rateLimits,
+      accessLog,
+      counts,
+      clientAddress: clientAddressOf(deps.trustProxy ?? false),
+      logger: app.log,
+      draining: () => draining,
+    });
+    if (frameworkHandler) memoryReads.handOver = frameworkHandler;
+  }
   if (deps.sync) {
     await app.register(syncRoutes(deps.sync.feed));
     const held = deps.sync.held;
