@@ -331,6 +331,20 @@ export class ReadAnswers {
     }
   }
 
+  /**
+   * A Resource's detail read at once from the read model, when memory does not hold it and the
+   * database can search without a promise (SQLite): kept as `getResource` keeps it, and sent at once.
+   * Undefined when it cannot be read so; a refusal (the plan gate) is thrown as `getResource` throws it.
+   */
+  detailNow(principal: Principal, resourceId: string): Answer | undefined {
+    const ticket = this.answers.ticket();
+    const stored = this.reads.storedResourceNow(principal, resourceId, this.missingDetail);
+    if (!stored) return undefined;
+    this.answers.missed();
+    const answer = Answer.json(stored.value.text, stored.tag);
+    return this.keep(resourceKey(resourceId)(stored.audience), answer, ticket, stored.namespaces);
+  }
+
   private catalogsKey(principal: Principal, query: ListCatalogsQuery): AnswerKey {
     const { page, pageSize } = pageOf(query);
     const audience = this.reads.catalogsAudience(principal, query);

@@ -65,6 +65,7 @@ export class MemoryReads {
 
   /** Answers `request` from memory and returns true, or returns false and leaves it untouched. */
   handle(request: IncomingMessage, response: ServerResponse): boolean {
+    const started = performance.now();
     const method = request.method;
     if (method !== 'GET' && method !== 'HEAD') return false;
     const url = request.url;
@@ -80,9 +81,8 @@ export class MemoryReads {
     if (named === undefined) return false;
     const principal = this.options.authenticator.authenticateFromMemory?.(headers, 'api-key-or-token');
     if (principal === undefined || !principal.scopes.has(READ_SCOPE)) return false;
-    const answer = this.options.answers.held(principal, named);
+    const answer = this.answerOf(principal, named);
     if (answer === undefined) return false;
-    const started = performance.now();
     this.options.counts.accepted.api_key.inc();
     const { limiter } = this.options;
     const counted = limiter.count?.(principal.credential);
@@ -95,6 +95,21 @@ export class MemoryReads {
       return true;
     }
     return this.answerCounted(request, response, principal, named, answer, counted, started);
+  }
+
+  /**
+   * The answer memory holds for `named`, or a Resource's detail read at once from the read model
+   * (SQLite); undefined for anything else, and for a refusal, which the usual way explains.
+   */
+  private answerOf(principal: Principal, named: Named): Answer | undefined {
+    const { answers } = this.options;
+    const held = answers.held(principal, named);
+    if (held !== undefined || named.operation !== 'getPlaybookResource') return held;
+    try {
+      return answers.detailNow(principal, named.resourceId);
+    } catch {
+      return undefined;
+    }
   }
 
   /**

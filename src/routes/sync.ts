@@ -1,8 +1,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply } from 'fastify';
-import type { PinsReading } from '../catalog/stored-pins.js';
 import { LRUCache } from 'lru-cache';
+import type { PinsReading } from '../catalog/stored-pins.js';
 import { Answer, sendAnswer, tagOf } from '../http/answer.js';
 import { BLOCK_BYTES, blocksOf, StreamedAnswer } from '../http/streamed-answer.js';
 import { notModifiedResponse, problemResponses } from '../schemas/common.js';
@@ -40,10 +40,7 @@ interface ItemSerializers {
  * by validating each item against each kind (a Catalog with 100,000 pins, several times over); the
  * item's `type` already says which it is.
  */
-function pageText(
-  answer: SyncAnswer,
-  serializers: ItemSerializers,
-): { pieces: string[]; pins: PinsRef[] } {
+function pageText(answer: SyncAnswer, serializers: ItemSerializers): { pieces: string[]; pins: PinsRef[] } {
   const pieces: string[] = [];
   const pins: PinsRef[] = [];
   let text = '{"data":[';
@@ -136,10 +133,7 @@ export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
   /** Answers made for pages that several requests share (those woken by one change read one page). */
   const made = new WeakMap<SyncAnswer, Promise<Answer | StreamedAnswer>>();
   /** A page's answer, made once per page, and an empty one once per position. */
-  const answerOf = (
-    answer: SyncAnswer,
-    reply: FastifyReply,
-  ): Answer | Promise<Answer | StreamedAnswer> => {
+  const answerOf = (answer: SyncAnswer, reply: FastifyReply): Answer | Promise<Answer | StreamedAnswer> => {
     const token = answer.nextSyncToken;
     if (answer.data.length === 0 && token !== undefined) {
       const kept = empties.get(token);

@@ -15,9 +15,7 @@ export interface PinsRef {
 }
 
 /** An item of a page; a Catalog's `resourcePins` are left empty, for its `pins` to be written there. */
-export type FeedItem =
-  | (SyncCatalogItem & { readonly pins?: PinsRef })
-  | Exclude<SyncItem, SyncCatalogItem>;
+export type FeedItem = (SyncCatalogItem & { readonly pins?: PinsRef }) | Exclude<SyncItem, SyncCatalogItem>;
 
 /** Reads a version's stored pins as text, in parts, as `reading` says (stored-pins.ts). */
 export type PinsSource = (versionId: string, reading: PinsReading) => AsyncGenerator<string>;
