@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { LRUCache } from 'lru-cache';
+import type { LRUCache } from 'lru-cache';
 import { RateLimitError } from '../foundation/errors.js';
+import { growingCache } from '../foundation/growing-cache.js';
 import { type Credential, credentialKey } from './principal.js';
 
 /**
@@ -30,7 +31,7 @@ export class MemoryRateCounter implements RateCounter {
     private readonly now: () => number = Date.now,
     maxKeys = 100_000,
   ) {
-    this.windows = new LRUCache({ max: maxKeys });
+    this.windows = growingCache(maxKeys);
   }
 
   increment(key: string, windowMs: number): WindowCount {

@@ -1,5 +1,6 @@
 import http from 'node:http';
 import AjvCompiler, { type Options as AjvOptions } from '@fastify/ajv-compiler';
+import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, {
   type FastifyBaseLogger,
@@ -17,6 +18,7 @@ import { type DocsSite, renderDocs } from '../docs/docs-site.js';
 import { AccessLog, CREDENTIAL_SAFE_SERIALIZERS } from '../http/access-log.js';
 import { clientAddressOf, trustProxyOption } from '../http/client-address.js';
 import { clientErrorHandler } from '../http/connection-close.js';
+import { LazyCompilers } from '../http/lazy-compilers.js';
 import { handleClientError, handleError } from '../http/problem.js';
 import { requestIdOf } from '../http/request-id.js';
 import { lazyRequestLogger } from '../http/request-logger.js';
@@ -104,28 +106,54 @@ function credentialSafe(
 }
 
 const validators = AjvCompiler();
+const serializers = SerializerSelector();
 
 /**
  * One Ajv per HTTP part (Fastify's schema controller): query strings, paths and headers arrive as
  * text and are coerced to their schema's types; a JSON body carries its own types, so it is checked
- * as it is, and `"name": 7` is refused rather than made to look right.
+ * as it is, and `"name": 7` is refused rather than made to look right. Each check is compiled when
+ * first used (`LazyCompilers`).
  */
-function validatorPerPart(
-  externalSchemas: Parameters<ReturnType<typeof AjvCompiler>>[0],
-  options: { customOptions?: AjvOptions } = {},
-) {
-  const coercing = validators(externalSchemas, options);
-  const exact = validators(externalSchemas, {
-    ...options,
-    customOptions: { ...options.customOptions, coerceTypes: false },
-  });
-  return (route: { httpPart?: string } & Parameters<typeof coercing>[0]) => {
-    // A body with a list of thousands is checked by its route, in slices (D20).
-    if (route.httpPart === 'body' && isCheckedInSlices((route as { schema?: unknown }).schema)) {
-      return (() => true) as unknown as ReturnType<typeof exact>;
-    }
-    return route.httpPart === 'body' ? exact(route) : coercing(route);
+function validatorPerPart(lazy: LazyCompilers) {
+  return (
+    externalSchemas: Parameters<typeof validators>[0],
+    options: { customOptions?: AjvOptions } = {},
+  ) => {
+    const coercing = validators(externalSchemas, options);
+    const exact = validators(externalSchemas, {
+      ...options,
+      customOptions: { ...options.customOptions, coerceTypes: false },
+    });
+    return (route: { httpPart?: string } & Parameters<typeof coercing>[0]) => {
+      // A body with a list of thousands is checked by its route, in slices (D20).
+      if (route.httpPart === 'body' && isCheckedInSlices((route as { schema?: unknown }).schema)) {
+        return (() => true) as unknown as ReturnType<typeof exact>;
+      }
+      return lazy.check(() => (route.httpPart === 'body' ? exact(route) : coercing(route)));
+    };
   };
+}
+
+/** Fastify's serializers (fast-json-stringify), each compiled when first used (`LazyCompilers`). */
+function serializerPerStatus(lazy: LazyCompilers) {
+  return (...factory: Parameters<typeof serializers>) => {
+    const compile = serializers(...factory);
+    return (route: Parameters<typeof compile>[0]) => lazy.serializer(() => compile(route));
+  };
+}
+
+/** Each application's schemas not compiled yet (`compileSchemas`). */
+const lazySchemas = new WeakMap<object, LazyCompilers>();
+
+/**
+ * Compiles every schema of `app` not compiled yet, and throws what a compilation throws: a test's way
+ * to prove each route's schemas compile, which an instance otherwise learns on first use.
+ */
+export function compileSchemas(app: FastifyInstance): number {
+  const lazy = lazySchemas.get(app);
+  const count = lazy?.uncompiled ?? 0;
+  lazy?.compileAll();
+  return count;
 }
 
 /**
@@ -150,6 +178,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     headersTimeout: timeouts.requestMs,
     connectionsCheckingInterval: Math.min(1000, timeouts.requestMs),
   };
+  const lazy = new LazyCompilers();
   const app = Fastify({
     serverFactory: (handler) => {
       frameworkHandler = handler;
@@ -196,8 +225,14 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
         verbose: true,
       },
     },
-    schemaController: { compilersFactory: { buildValidator: validatorPerPart } },
+    schemaController: {
+      compilersFactory: {
+        buildValidator: validatorPerPart(lazy),
+        buildSerializer: serializerPerStatus(lazy),
+      },
+    },
   }).withTypeProvider<TypeBoxTypeProvider>();
+  lazySchemas.set(app, lazy);
 
   // Plugins by area, each on the root context: how every request is handled, then what describes
   // the API, then the operations of each area.

@@ -128,10 +128,7 @@ function openSqliteReader(file: string, observation: Observation): { db: Db; rea
 }
 
 /** Every statement's time into `playbook_database_query_duration_seconds` (D25). */
-function timed(
-  database: 'primary' | 'reader',
-  observation: Observation,
-): (event: LogEvent) => void {
+function timed(database: 'primary' | 'reader', observation: Observation): (event: LogEvent) => void {
   const { metrics, tracing } = observation;
   const ok = { database, outcome: 'ok' } as const;
   const error = { database, outcome: 'error' } as const;

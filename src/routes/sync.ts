@@ -1,8 +1,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply } from 'fastify';
-import { LRUCache } from 'lru-cache';
 import type { PinsReading } from '../catalog/stored-pins.js';
+import { growingCache } from '../foundation/growing-cache.js';
 import { Answer, sendAnswer, tagOf } from '../http/answer.js';
 import { BLOCK_BYTES, blocksOf, StreamedAnswer } from '../http/streamed-answer.js';
 import { notModifiedResponse, problemResponses } from '../schemas/common.js';
@@ -129,7 +129,7 @@ const EMPTY_KEPT = 10_000;
  * something does. A held request whose client goes away is let go at once.
  */
 export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
-  const empties = new LRUCache<string, Answer>({ max: EMPTY_KEPT });
+  const empties = growingCache<string, Answer>(EMPTY_KEPT);
   /** Answers made for pages that several requests share (those woken by one change read one page). */
   const made = new WeakMap<SyncAnswer, Promise<Answer | StreamedAnswer>>();
   /** A page's answer, made once per page, and an empty one once per position. */
