@@ -24,9 +24,11 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import type { FloorRoute } from './floor.js';
+import { topSelfTime } from './profile.js';
 import { benchPublish } from './publish.js';
 import {
   cli,
+  cpuMs,
   createReadKey,
   freePort,
   type LoadResult,
@@ -35,6 +37,7 @@ import {
   pinned,
   ROOT,
   requireWrk,
+  rssMb,
   startScraper,
   startService,
   stop,
@@ -47,26 +50,37 @@ import { benchWebhooks } from './webhooks.js';
 
 const RESOURCES = Number(process.env.BENCH_RESOURCES ?? 1000);
 const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 4);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+/** Runs per row: the spread of their ratios (max − min) is what a recorded ratio may move by. */
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const WARMUP_S = 3;
 const CONNECTIONS = 50;
+/** The ratios of the last recorded run, one per row, kept in the repository; `BENCH_RECORD=1` writes them. */
+const RECORDED = path.join(ROOT, 'bench', 'recorded-ratios.json');
+
 interface Scenario {
   readonly name: string;
   readonly path: string;
   readonly headers: Record<string, string>;
   readonly expectStatus: number;
-  /** The least ratio to the floor, when there is a target. */
-  readonly minRatio?: number;
+  /** The least ratio to the buffer floor (buffer-floor.ts), when there is a target. */
+  readonly minBuffer?: number;
+  /** The least ratio to the object floor (floor.ts), when there is a target. */
+  readonly minObject?: number;
   readonly maxP99Ms?: number;
-  /** Which captured answer the floor sends (its own index by default): a 304 is held against a 200. */
+  /**
+   * Which captured answer the object floor sends (its own index by default): a 304 is held against
+   * the 200 it saves; the buffer floor sends each row's own answer.
+   */
   readonly floorOf?: number;
-  /** Held against the same request to a second service without metrics, rather than the floor. */
+  /** Held against the same request to a second service without metrics, rather than the floors. */
   readonly versusMetricsOff?: boolean;
   /**
    * Loaded while another account publishes once a second (publisher.ts), and held against the same
    * request to the same service while nobody writes (D26).
    */
   readonly versusNoWrites?: boolean;
+  /** The least ratio to what it is held against, for the two rows above. */
+  readonly minVersus?: number;
 }
 
 interface Captured {
@@ -118,12 +132,18 @@ function median(values: readonly number[]): number {
   return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
 }
 
+/** A load's figures, with the CPU its server spent per request answered. */
+interface Measured extends LoadResult {
+  readonly cpuUs: number;
+}
+
 /** Each figure's median over the rounds; errors and requests are summed. */
-function medianOf(results: readonly LoadResult[]): LoadResult {
+function medianOf(results: readonly Measured[]): Measured {
   return {
     rps: median(results.map((r) => r.rps)),
     p50Ms: median(results.map((r) => r.p50Ms)),
     p99Ms: median(results.map((r) => r.p99Ms)),
+    cpuUs: median(results.map((r) => r.cpuUs)),
     errors: results.reduce((sum, r) => sum + r.errors, 0),
     requests: results.reduce((sum, r) => sum + r.requests, 0),
   };
@@ -172,7 +192,33 @@ async function benchSync(environment: NodeJS.ProcessEnv): Promise<number> {
   return failures + (await benchInitialSync(env));
 }
 
-/** The read path against its floor, and what metrics and another account's writes cost it. */
+/** A server loaded by wrk: where it is asked, with what, and the process whose CPU it spends. */
+interface Target {
+  readonly url: string;
+  readonly load: { readonly connections: number; readonly headers?: Record<string, string> };
+  readonly pid: number;
+  /** Started before its load and stopped after it (another account publishing meanwhile). */
+  readonly around?: { start(): void; stop(): Promise<void> };
+}
+
+/** One load of `target`, with the CPU its server spent per request answered. */
+async function measure(target: Target, seconds: number): Promise<Measured> {
+  target.around?.start();
+  const before = cpuMs(target.pid);
+  const result = wrk(target.url, { ...target.load, seconds });
+  const spentMs = cpuMs(target.pid) - before;
+  await target.around?.stop();
+  return { ...result, cpuUs: result.requests > 0 ? (spentMs * 1000) / result.requests : Number.NaN };
+}
+
+/** The ratios recorded by an earlier run, by row: what this run's are compared with. */
+type Recorded = Record<string, { readonly ratio: number; readonly versus: string }>;
+
+function readRecorded(): Recorded {
+  return fs.existsSync(RECORDED) ? (JSON.parse(fs.readFileSync(RECORDED, 'utf8')) as Recorded) : {};
+}
+
+/** The read path against its floors, and what metrics and another account's writes cost it. */
 async function benchReads(): Promise<number> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-bench-'));
   const { LOG_LEVEL: _shipsWithDefault, ...inherited } = process.env;
@@ -192,20 +238,23 @@ async function benchReads(): Promise<number> {
   const servicePort = await freePort();
   const metricsPort = await freePort();
   const bareServicePort = await freePort();
-  const floorPort = await freePort();
+  const objectFloorPort = await freePort();
+  const bufferFloorPort = await freePort();
   const service = `http://127.0.0.1:${servicePort}`;
   const bareService = `http://127.0.0.1:${bareServicePort}`;
-  const floor = `http://127.0.0.1:${floorPort}`;
+  const objectFloor = `http://127.0.0.1:${objectFloorPort}`;
+  const bufferFloor = `http://127.0.0.1:${bufferFloorPort}`;
   // As a production deployment runs: metrics on, and scraped every second (five to fifteen times as
   // often as Prometheus usually does). A second instance without metrics measures what they cost.
   const serviceProcess = startService(servicePort, { ...env, PLAYBOOK_METRICS_PORT: String(metricsPort) });
   const bareServiceProcess = startService(bareServicePort, env);
-  let floorProcess: ReturnType<typeof spawn> | undefined;
+  const floors: ReturnType<typeof spawn>[] = [];
   let scraper: ReturnType<typeof startScraper> | undefined;
   let failures = 0;
   try {
     await waitForReady(`${service}/readyz`, serviceProcess);
     await waitForReady(`${bareService}/readyz`, bareServiceProcess);
+    const idleRssMb = rssMb(serviceProcess.pid!);
     scraper = startScraper(`http://127.0.0.1:${metricsPort}/metrics`);
     const key = await createReadKey(service, env);
     const headers = { 'x-api-key': key };
@@ -226,30 +275,31 @@ async function benchReads(): Promise<number> {
         path: detailPath,
         headers: {},
         expectStatus: 200,
-        minRatio: 0.5,
-        maxP99Ms: 10,
+        minBuffer: 0.7,
+        maxP99Ms: 5,
       },
       {
         name: 'page of 25 resources',
         path: pagePath,
         headers: {},
         expectStatus: 200,
-        minRatio: 0.5,
-        maxP99Ms: 10,
+        minBuffer: 0.7,
+        maxP99Ms: 5,
       },
       {
         name: 'version detail',
         path: `${detailPath}/versions/${resource.currentVersion.id}`,
         headers: {},
         expectStatus: 200,
-        minRatio: 0.5,
+        minObject: 0.5,
       },
       {
         name: '304 revalidation of the detail',
         path: detailPath,
         headers: { 'if-none-match': detailEtag },
         expectStatus: 304,
-        minRatio: 0.6,
+        minBuffer: 0.5,
+        minObject: 0.6,
         floorOf: 0,
       },
       {
@@ -257,7 +307,7 @@ async function benchReads(): Promise<number> {
         path: pagePath,
         headers: { 'accept-encoding': 'br, gzip' },
         expectStatus: 200,
-        minRatio: 0.5,
+        minBuffer: 0.5,
       },
       {
         // D26: another account's writes leave this caller's answers in memory.
@@ -265,7 +315,7 @@ async function benchReads(): Promise<number> {
         path: detailPath,
         headers: {},
         expectStatus: 200,
-        minRatio: 0.9,
+        minVersus: 0.9,
         versusNoWrites: true,
       },
       {
@@ -274,7 +324,7 @@ async function benchReads(): Promise<number> {
         path: detailPath,
         headers: {},
         expectStatus: 200,
-        minRatio: 0.95,
+        minVersus: 0.95,
         versusMetricsOff: true,
       },
     ];
@@ -306,7 +356,7 @@ async function benchReads(): Promise<number> {
       path: `/v3/playbook/sync?syncToken=${syncToken}`,
       headers: {},
       expectStatus: 200,
-      minRatio: 0.5,
+      minObject: 0.5,
     });
     let publishes = { written: 0, failed: 0 };
     const captured: Captured[] = [];
@@ -316,57 +366,101 @@ async function benchReads(): Promise<number> {
       // A JSON answer's content type is Fastify's to set as it serialises; raw bytes carry theirs.
       const { 'content-type': contentType, ...rest } = answer.headers;
       const headers = json || contentType === undefined ? rest : { ...rest, 'content-type': contentType };
-      return { path: `/answer/${index}`, body: answer.body.toString('base64'), json, headers };
+      return {
+        path: `/answer/${index}`,
+        status: answer.status,
+        body: answer.body.toString('base64'),
+        json,
+        headers,
+      };
     });
     const routesFile = path.join(dataDir, 'floor.json');
     fs.writeFileSync(routesFile, JSON.stringify(floorRoutes));
-    const [command, args] = pinned(0, process.execPath, [
-      path.join(ROOT, 'dist-bench', 'bench', 'floor.js'),
-      routesFile,
-      String(floorPort),
-    ]);
-    floorProcess = spawn(command, args, { stdio: ['ignore', 'ignore', 'inherit'] });
-    await waitForReady(`${floor}/ready`, floorProcess);
+    // The buffer floor sends every header as captured, the content type too.
+    const bufferRoutesFile = path.join(dataDir, 'buffer-floor.json');
+    fs.writeFileSync(
+      bufferRoutesFile,
+      JSON.stringify(
+        captured.map((answer, index) => ({
+          path: `/answer/${index}`,
+          status: answer.status,
+          body: answer.body.toString('base64'),
+          json: false,
+          headers: answer.headers,
+        })),
+      ),
+    );
+    for (const [script, file, port] of [
+      ['floor.js', routesFile, objectFloorPort],
+      ['buffer-floor.js', bufferRoutesFile, bufferFloorPort],
+    ] as const) {
+      const [command, args] = pinned(0, process.execPath, [
+        path.join(ROOT, 'dist-bench', 'bench', script),
+        file,
+        String(port),
+      ]);
+      const child = spawn(command, args, { stdio: ['ignore', 'ignore', 'inherit'] });
+      floors.push(child);
+      await waitForReady(`http://127.0.0.1:${port}/ready`, child);
+    }
+    const [objectFloorProcess, bufferFloorProcess] = floors as [
+      ReturnType<typeof spawn>,
+      ReturnType<typeof spawn>,
+    ];
 
     console.log(
       `${RESOURCES} resources; detail ${captured[0]!.body.length} B, page of 25 ${captured[1]!.body.length} B ` +
         `(${captured[4]!.body.length} B as ${captured[4]!.headers['content-encoding'] ?? 'identity'}); ` +
-        `${CONNECTIONS} connections, ${ROUNDS} rounds of ${DURATION_S} s each; ` +
+        `${CONNECTIONS} connections, ${ROUNDS} runs of ${DURATION_S} s a row, the servers in turns; ` +
         (PINNING ? 'server on core 0, wrk on core 1' : 'NOT pinned: taskset or a second core is missing'),
     );
-    const widths = [32, 9, 7, 7, 9, 7, 7, 7, 22];
     console.log(
-      row(['request', 'req/s', 'p50 ms', 'p99 ms', 'floor', 'p50 ms', 'p99 ms', 'ratio', 'verdict'], widths),
+      'ratios to the buffer floor (Node alone, the captured bytes) and the object floor (Fastify, an object serialised per request); µs: CPU per request',
     );
+    const widths = [32, 8, 7, 6, 8, 6, 6, 8, 6, 6, 24];
+    console.log(
+      row(
+        ['request', 'req/s', 'p99 ms', 'µs', 'buffer', 'µs', 'ratio', 'object', 'µs', 'ratio', 'verdict'],
+        widths,
+      ),
+    );
+    const recorded = readRecorded();
+    const recording: Record<string, { ratio: number; versus: string }> = {};
+    const moved: string[] = [];
     for (const [index, scenario] of scenarios.entries()) {
       const url = `${service}${scenario.path}`;
       const load = { connections: CONNECTIONS, headers: { ...headers, ...scenario.headers } };
-      const [floorUrl, floorLoad] = scenario.versusMetricsOff
-        ? [`${bareService}${scenario.path}`, load]
-        : scenario.versusNoWrites
-          ? [url, load]
-          : [`${floor}/answer/${scenario.floorOf ?? index}`, { connections: CONNECTIONS }];
-      wrk(url, { ...load, seconds: WARMUP_S });
-      wrk(floorUrl, { ...floorLoad, seconds: WARMUP_S });
-      const rounds: { ours: LoadResult; theirs: LoadResult }[] = [];
+      const ours: Target = { url, load, pid: serviceProcess.pid! };
       const publisher = scenario.versusNoWrites ? new Publisher(service, writerKey) : undefined;
-      const loadService = () => {
-        publisher?.start();
-        return wrk(url, { ...load, seconds: DURATION_S });
-      };
-      const loadFloor = () => wrk(floorUrl, { ...floorLoad, seconds: DURATION_S });
+      const others: Target[] = scenario.versusMetricsOff
+        ? [{ url: `${bareService}${scenario.path}`, load, pid: bareServiceProcess.pid! }]
+        : scenario.versusNoWrites
+          ? [ours]
+          : [
+              {
+                url: `${bufferFloor}/answer/${index}`,
+                load: { connections: CONNECTIONS },
+                pid: bufferFloorProcess.pid!,
+              },
+              {
+                url: `${objectFloor}/answer/${scenario.floorOf ?? index}`,
+                load: { connections: CONNECTIONS },
+                pid: objectFloorProcess.pid!,
+              },
+            ];
+      const loaded: Target = publisher
+        ? { ...ours, around: { start: () => publisher.start(), stop: () => publisher.stop() } }
+        : ours;
+      for (const target of [loaded, ...others]) wrk(target.url, { ...target.load, seconds: WARMUP_S });
+      const runs: Measured[][] = [];
       for (let round = 0; round < ROUNDS; round++) {
         // Of two identical services, the one loaded second in a round served 5-14 % more: the order
-        // alternates, so that neither side has it every time.
-        if (round % 2 === 0) {
-          const first = loadService();
-          await publisher?.stop();
-          rounds.push({ ours: first, theirs: loadFloor() });
-        } else {
-          const first = loadFloor();
-          rounds.push({ ours: loadService(), theirs: first });
-          await publisher?.stop();
-        }
+        // turns from round to round, so that no server has the same place every time.
+        const order = [loaded, ...others].map((target, i) => ({ target, i }));
+        for (let turn = 0; turn < round % order.length; turn++) order.push(order.shift()!);
+        const results: Measured[] = [];
+        for (const { target, i } of order) results[i] = await measure(target, DURATION_S);
+        runs.push(results);
       }
       if (publisher) {
         publishes = publisher.counts;
@@ -377,35 +471,55 @@ async function benchReads(): Promise<number> {
           failures++;
         }
       }
-      const ours = medianOf(rounds.map((r) => r.ours));
-      const theirs = medianOf(rounds.map((r) => r.theirs));
-      const ratio = median(rounds.map((r) => r.ours.rps / r.theirs.rps));
+      const mine = medianOf(runs.map((r) => r[0]!));
+      const against = others.map((_, i) => medianOf(runs.map((r) => r[i + 1]!)));
+      const ratios = others.map((_, i) => runs.map((r) => r[0]!.rps / r[i + 1]!.rps));
+      const ratio = ratios.map((values) => median(values));
+      const spread = ratios.map((values) => Math.max(...values) - Math.min(...values));
       const missed: string[] = [];
-      if (ours.errors > 0) missed.push(`${ours.errors} errors`);
-      if (scenario.minRatio !== undefined && ratio < scenario.minRatio)
-        missed.push(`ratio < ${scenario.minRatio}`);
-      if (scenario.maxP99Ms !== undefined && ours.p99Ms > scenario.maxP99Ms) {
+      if (mine.errors > 0) missed.push(`${mine.errors} errors`);
+      const targets: [number | undefined, number | undefined, string][] =
+        scenario.versusMetricsOff || scenario.versusNoWrites
+          ? [[scenario.minVersus, ratio[0], 'versus']]
+          : [
+              [scenario.minBuffer, ratio[0], 'buffer'],
+              [scenario.minObject, ratio[1], 'object'],
+            ];
+      for (const [min, value, versus] of targets) {
+        if (min !== undefined && value !== undefined && value < min) missed.push(`${versus} < ${min}`);
+      }
+      if (scenario.maxP99Ms !== undefined && mine.p99Ms > scenario.maxP99Ms) {
         missed.push(`p99 > ${scenario.maxP99Ms} ms`);
       }
       if (missed.length > 0) failures++;
-      const target = [
-        scenario.minRatio === undefined ? '' : `≥ ${scenario.minRatio}×`,
-        scenario.maxP99Ms === undefined ? '' : `p99 ≤ ${scenario.maxP99Ms}`,
-      ]
-        .filter(Boolean)
-        .join(', ');
+      const goal = [
+        ...targets.flatMap(([min, , versus]) => (min === undefined ? [] : [`${versus} ≥ ${min}`])),
+        ...(scenario.maxP99Ms === undefined ? [] : [`p99 ≤ ${scenario.maxP99Ms}`]),
+      ].join(', ');
+      // The row's ratio is compared with the one recorded: it moved when it is further from it than
+      // this run's own spread.
+      const versus = others.length === 1 ? 'versus' : 'buffer';
+      recording[scenario.name] = { ratio: ratio[0]!, versus };
+      const before = recorded[scenario.name];
+      if (before && before.versus === versus && Math.abs(ratio[0]! - before.ratio) > spread[0]!) {
+        moved.push(
+          `${scenario.name}: ${before.ratio.toFixed(2)}× → ${ratio[0]!.toFixed(2)}× (spread ${spread[0]!.toFixed(2)})`,
+        );
+      }
+      const cells = (measured: Measured | undefined, value: number | undefined) =>
+        measured === undefined
+          ? ['', '', '']
+          : [measured.rps.toFixed(0), measured.cpuUs.toFixed(1), `${value!.toFixed(2)}×`];
       console.log(
         row(
           [
             scenario.name,
-            ours.rps.toFixed(0),
-            ours.p50Ms.toFixed(2),
-            ours.p99Ms.toFixed(2),
-            theirs.rps.toFixed(0),
-            theirs.p50Ms.toFixed(2),
-            theirs.p99Ms.toFixed(2),
-            `${ratio.toFixed(2)}×`,
-            missed.length === 0 ? `ok (${target || 'no target'})` : `MISSED: ${missed.join(', ')}`,
+            mine.rps.toFixed(0),
+            mine.p99Ms.toFixed(2),
+            mine.cpuUs.toFixed(1),
+            ...cells(against[0], ratio[0]),
+            ...cells(against[1], ratio[1]),
+            missed.length === 0 ? `ok (${goal || 'no target'})` : `MISSED: ${missed.join(', ')}`,
           ],
           widths,
         ),
@@ -414,22 +528,62 @@ async function benchReads(): Promise<number> {
     const scrapes = await scraper.stop();
     scraper = undefined;
     console.log(
-      `service peak RSS: ${peakRssMb(serviceProcess.pid!).toFixed(0)} MB; metrics scraped ${scrapes} times; ` +
-        `the other account published ${publishes.written} times while its neighbour read`,
+      `service idle RSS after start: ${idleRssMb.toFixed(0)} MB (goal 100 MB); peak RSS: ${peakRssMb(serviceProcess.pid!).toFixed(0)} MB; ` +
+        `metrics scraped ${scrapes} times; the other account published ${publishes.written} times while its neighbour read`,
     );
-
+    if (idleRssMb > 100) {
+      console.log('MISSED: idle RSS over 100 MB');
+      failures++;
+    }
+    console.log(
+      moved.length === 0
+        ? 'no row moved from its recorded ratio by more than its spread'
+        : `rows that moved from their recorded ratio by more than their spread:\n  ${moved.join('\n  ')}`,
+    );
+    if (process.env.BENCH_RECORD === '1') {
+      fs.writeFileSync(RECORDED, `${JSON.stringify(recording, null, 2)}\n`);
+      console.log(`recorded these ratios in ${path.relative(ROOT, RECORDED)}`);
+    }
     if (scrapes === 0) {
       console.log('MISSED: the metrics were never scraped');
       failures++;
     }
+    await stop(serviceProcess);
+    await profileDetail(env, detailPath);
   } finally {
     await scraper?.stop();
     await stop(serviceProcess);
     await stop(bareServiceProcess);
-    if (floorProcess) await stop(floorProcess);
+    for (const floor of floors) await stop(floor);
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
   return failures;
+}
+
+/**
+ * Where a cached detail read's CPU goes: the service started as `npm start` starts it, with V8's
+ * sampling profiler on, loaded on the detail, and the top entries by self time over the load alone.
+ */
+async function profileDetail(env: NodeJS.ProcessEnv, detailPath: string): Promise<void> {
+  const port = await freePort();
+  const profiles = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-bench-profile-'));
+  const child = startService(port, env, ['--cpu-prof', `--cpu-prof-dir=${profiles}`]);
+  try {
+    const base = `http://127.0.0.1:${port}`;
+    await waitForReady(`${base}/readyz`, child);
+    const key = await createReadKey(base, env);
+    const load = { connections: CONNECTIONS, headers: { 'x-api-key': key } };
+    wrk(`${base}${detailPath}`, { ...load, seconds: WARMUP_S });
+    const startedMs = Date.now();
+    wrk(`${base}${detailPath}`, { ...load, seconds: DURATION_S });
+    const loadMs = Date.now() - startedMs;
+    await stop(child);
+    console.log(`where a cached detail's CPU goes (self time, ${DURATION_S} s of load, main thread):`);
+    for (const entry of topSelfTime(profiles, loadMs, 12)) console.log(`  ${entry}`);
+  } finally {
+    await stop(child);
+    fs.rmSync(profiles, { recursive: true, force: true });
+  }
 }
 
 /** Another account's CI job (publisher.ts), run while the service is loaded, on the load generator's core. */

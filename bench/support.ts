@@ -58,9 +58,23 @@ function startFlags(): string[] {
 }
 const START_FLAGS = startFlags();
 
-/** Starts the service as `npm start` does (`playbook serve`, node's flags included), on `port`, pinned to core 0. */
-export function startService(port: number, env: NodeJS.ProcessEnv): ChildProcess {
-  const [command, args] = pinned(0, process.execPath, [...START_FLAGS, CLI, 'serve', '--port', String(port)]);
+/**
+ * Starts the service as `npm start` does (`playbook serve`, node's flags included), on `port`, pinned to
+ * core 0; `nodeFlags` are given to node beside them (a profiler).
+ */
+export function startService(
+  port: number,
+  env: NodeJS.ProcessEnv,
+  nodeFlags: readonly string[] = [],
+): ChildProcess {
+  const [command, args] = pinned(0, process.execPath, [
+    ...START_FLAGS,
+    ...nodeFlags,
+    CLI,
+    'serve',
+    '--port',
+    String(port),
+  ]);
   // The access log goes where a deployment's would: written in full, read by nobody here.
   return spawn(command, args, { env, stdio: ['ignore', 'ignore', 'inherit'] });
 }
@@ -106,6 +120,13 @@ export function startScraper(url: string): { stop(): Promise<number> } {
       return Number(output);
     },
   };
+}
+
+/** The process's resident memory now (VmRSS), in MB. */
+export function rssMb(pid: number): number {
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  const match = /VmRSS:\s+(\d+) kB/.exec(status);
+  return match ? Number(match[1]) / 1024 : Number.NaN;
 }
 
 /** The process's peak resident memory so far (VmHWM), in MB. */

@@ -1,7 +1,8 @@
-import { LRUCache } from 'lru-cache';
+import type { LRUCache } from 'lru-cache';
 import { ALWAYS_TRUSTED, type Trust } from '../changes/memory-trust.js';
 import type { Db } from '../db/tables.js';
 import { UnavailableError } from '../foundation/errors.js';
+import { growingCache } from '../foundation/growing-cache.js';
 import { DEFAULT_PLAN } from './accounts.js';
 
 /**
@@ -18,7 +19,7 @@ export class AccountPlans {
     private readonly maxAgeMs = 1000,
     private readonly trust: Trust = ALWAYS_TRUSTED,
   ) {
-    this.cache = new LRUCache({ max: 10_000 });
+    this.cache = growingCache(10_000);
   }
 
   /** An account that does not exist yet has the default plan. */

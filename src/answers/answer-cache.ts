@@ -3,9 +3,41 @@ import type { ListPositions } from '../catalog/read-repository.js';
 import type { FollowedChanges } from '../changes/change-follower.js';
 import { ALWAYS_TRUSTED, type Trust } from '../changes/memory-trust.js';
 import { Answer, type ReadAnswer } from '../http/answer.js';
-import { SharedStream } from '../http/shared-stream.js';
+import { StreamedAnswer } from '../http/streamed-answer.js';
 import { type CountedSeries, Metrics } from '../observability/metrics.js';
 import type { AnswerKey } from './answer-keys.js';
+
+/**
+ * Keys the admission remembers having seen, as hashes in a table of this many slots: a full budget
+ * holds some tens of thousands of answers, and a slot is one byte.
+ */
+const SEEN_SLOTS = 1 << 18;
+
+/**
+ * Whether a key has been asked for before, recently: the admission of a full budget (`AnswerCache.set`).
+ * A key's first miss marks its slot and is not kept; its second is. Marks are forgotten all at once
+ * when as many keys have been marked as there are slots, so that what was asked for once long ago
+ * counts as new.
+ */
+class SeenKeys {
+  private readonly slots = new Uint8Array(SEEN_SLOTS);
+  private marked = 0;
+
+  /** Marks `key`; whether it was marked already. */
+  mark(key: string): boolean {
+    // FNV-1a over the key's UTF-16 units: cheap, and no caller chooses what collides.
+    let hash = 0x811c9dc5;
+    for (let i = 0; i < key.length; i++) hash = Math.imul(hash ^ key.charCodeAt(i), 0x01000193);
+    const slot = (hash >>> 0) & (SEEN_SLOTS - 1);
+    if (this.slots[slot] === 1) return true;
+    if (++this.marked > SEEN_SLOTS) {
+      this.slots.fill(0);
+      this.marked = 1;
+    }
+    this.slots[slot] = 1;
+    return false;
+  }
+}
 
 /** What a lazy answer is counted as: its row and closure, not its body, which it does not hold. */
 const LAZY_ANSWER_BYTES = 1024;
@@ -35,6 +67,8 @@ export interface AnswerCacheStats {
   readonly bytes: number;
   readonly hits: number;
   readonly misses: number;
+  /** Answers not kept by a full budget: asked for once, recently (see `set`). */
+  readonly refused: number;
 }
 
 /**
@@ -61,6 +95,9 @@ export class AnswerCache {
   private readonly lastDrop = new Map<string, number>();
   private hits = 0;
   private misses = 0;
+  /** Answers not kept, a full budget holding better ones (see `set`). */
+  private refused = 0;
+  private readonly seen = new SeenKeys();
 
   /** The lookups' series of the metrics (D25), bound once. */
   private readonly hit: CountedSeries<'result'>;
@@ -90,7 +127,7 @@ export class AnswerCache {
   /**
    * The most one answer may hold to be kept whole: a share of the budget, so that one large answer
    * never pushes out most of the others. A larger one is written as it is read each time it is asked
-   * for (its validator and what makes it are kept instead, `SharedStream`).
+   * for (its validator and what makes it are kept instead, `StreamedAnswer`).
    */
   get share(): number {
     return this.maxBytes / ANSWER_SHARES;
@@ -108,16 +145,48 @@ export class AnswerCache {
     return answer;
   }
 
+  /**
+   * The answer under `key` when it is held whole, counted as a hit; anything else is `undefined` and
+   * counted as nothing, for the request's usual path (`get`) to look again and count what it finds.
+   */
+  held(key: AnswerKey): Answer | undefined {
+    if (!this.trust.trusted) return undefined;
+    const answer = this.entries?.get(key)?.answer;
+    if (!(answer instanceof Answer)) return undefined;
+    this.hits++;
+    this.hit.inc();
+    return answer;
+  }
+
+  /** Counts a miss of a lookup made by `held`, once the caller reads what it missed itself. */
+  missed(): void {
+    this.misses++;
+    this.miss.inc();
+  }
+
   /** Taken before reading what an answer is made of, and handed to `set` with the answer. */
   ticket(): number {
     return this.drops;
   }
 
-  /** Keeps `answer`, made of `namespaces`, unless one of them changed since `ticket` was taken. */
+  /**
+   * Keeps `answer`, made of `namespaces`, unless one of them changed since `ticket` was taken.
+   *
+   * While the budget has room, every answer is kept. Once it is full, keeping one means evicting the
+   * least recently used: an answer asked for once (a random read over more Resources than the budget
+   * holds) is kept only when its key was asked for before, recently, so that a stream of reads that
+   * never come again does not evict the answers that are read again and again (an admission policy,
+   * as TinyLFU's doorkeeper does it).
+   */
   set(key: AnswerKey, answer: ReadAnswer, ticket: number, namespaces: readonly string[]): void {
     // Nothing is kept while memory is not trusted (the change log not read since the database came
     // back): the follower could not yet drop what it will learn changed.
     if (!this.entries || !this.trust.trusted || !this.current(ticket, namespaces)) return;
+    const full = this.entries.calculatedSize + ENTRY_OVERHEAD_BYTES + bytesOf(answer) > this.maxBytes;
+    if (full && !this.seen.mark(key) && !this.entries.has(key)) {
+      this.refused++;
+      return;
+    }
     const entry: Entry = { answer, namespaces };
     this.entries.set(key, entry);
     if (answer instanceof Answer) {
@@ -219,11 +288,12 @@ export class AnswerCache {
       bytes: this.entries?.calculatedSize ?? 0,
       hits: this.hits,
       misses: this.misses,
+      refused: this.refused,
     };
   }
 }
 
 function bytesOf(answer: ReadAnswer): number {
   if (answer instanceof Answer) return answer.bytes;
-  return answer instanceof SharedStream ? answer.heldBytes : LAZY_ANSWER_BYTES;
+  return answer instanceof StreamedAnswer ? answer.heldBytes : LAZY_ANSWER_BYTES;
 }

@@ -10,7 +10,7 @@ import type {
 import type { PinsReading } from '../catalog/stored-pins.js';
 import { pageOf } from '../foundation/paging.js';
 import { Answer, type LazyAnswer, type ReadAnswer, tagOf } from '../http/answer.js';
-import { BLOCK_BYTES, blocksOf, compressLikeStream, SharedStream } from '../http/shared-stream.js';
+import { BLOCK_BYTES, blocksOf, compressLikeStream, StreamedAnswer } from '../http/streamed-answer.js';
 import type {
   Catalog,
   CatalogParams,
@@ -70,6 +70,46 @@ async function* pinnedText(
   yield pieces.at(-1)!;
 }
 
+/** The keys of what is read of one Resource, by the audience whose view it is. */
+type ResourceKeyOf = (audience: Audience | null) => AnswerKey;
+
+const resourceKey =
+  (resourceId: string): ResourceKeyOf =>
+  (audience) =>
+    answerKey('resource', audience, resourceId);
+
+function versionsKey(resourceId: string, query: ListVersionsQuery): ResourceKeyOf {
+  const { page, pageSize } = pageOf(query);
+  return (audience) => answerKey('versions', audience, resourceId, page, pageSize);
+}
+
+const versionKey =
+  (resourceId: string, versionId: string): ResourceKeyOf =>
+  (audience) =>
+    answerKey('version', audience, resourceId, versionId);
+
+/** A read operation and what names its answer, as the routes validate them (ids lowercase). */
+export type HeldRead =
+  | { readonly operation: 'listPlaybookCatalogs'; readonly query: ListCatalogsQuery }
+  | {
+      readonly operation: 'listPlaybookCatalogResources';
+      readonly params: CatalogParams;
+      readonly query: ListResourcesQuery;
+    }
+  | { readonly operation: 'getPlaybookCatalog'; readonly params: CatalogParams }
+  | { readonly operation: 'getPlaybookResourceByRef'; readonly params: ResourceRefParams }
+  | { readonly operation: 'getPlaybookResource'; readonly resourceId: string }
+  | {
+      readonly operation: 'listPlaybookResourceVersions';
+      readonly resourceId: string;
+      readonly query: ListVersionsQuery;
+    }
+  | {
+      readonly operation: 'getPlaybookResourceVersion';
+      readonly resourceId: string;
+      readonly versionId: string;
+    };
+
 /** The route's own response serializer for one shape (Fastify compiles it from the route's schema). */
 export type Serialize<T> = (value: T) => string;
 
@@ -96,16 +136,7 @@ export class ReadAnswers {
     query: ListCatalogsQuery,
     serialize: Serialize<PageOf<Catalog>>,
   ): ReadAnswer | Promise<ReadAnswer> {
-    const { page, pageSize } = pageOf(query);
-    const audience = this.reads.catalogsAudience(principal, query);
-    const key = answerKey(
-      'catalogs',
-      audience,
-      setKey(query.sourceScope),
-      query.capability ?? null,
-      page,
-      pageSize,
-    );
+    const key = this.catalogsKey(principal, query);
     return (
       this.answers.get(key) ??
       this.answers.once(key, async () => {
@@ -124,24 +155,24 @@ export class ReadAnswers {
    * empty and each current version's pins read into it where they belong, validated by `tag` (the
    * text's digest unless given). An answer that fits a share of the budget is made whole and kept as
    * any answer is; a larger one (a Catalog of 100,000 Resources pins 20 MB) is written as it is read
-   * for each request, never held whole (D30), and requests that arrive together share one pass.
+   * for each request, never held whole (D30).
    */
   private async pinnedAnswer<T>(
     value: T,
     pins: PinsInStorage,
     serialize: Serialize<T>,
     given?: string,
-  ): Promise<Answer | SharedStream> {
+  ): Promise<Answer | StreamedAnswer> {
     const text = serialize(value);
     const tag = given ?? tagOf(text);
     const pieces = piecesAround(text, pins.versionIds.length);
     const size = Buffer.byteLength(text) + pins.pinCount * PIN_BYTES;
     if (size > Math.max(this.answers.share, STREAMED_FROM_BYTES)) {
-      // Read as the pass takes them: a part per statement for the identity body's blocks (64 KiB),
+      // Read as the stream takes them: a part per statement for the identity body's blocks (64 KiB),
       // a statement per sixteen parts for the compressor's runs (1 MiB, about sixteen parts): either
       // way none waits across the event loop's turns, and on PostgreSQL, where each statement is a
       // round trip and a turn, a compressed list of 400 parts costs 25 of them.
-      return new SharedStream(tag, text.length * 2, (blockBytes) =>
+      return new StreamedAnswer(tag, text.length * 2, (blockBytes) =>
         blocksOf(pinnedText(pieces, pins, blockBytes > BLOCK_BYTES ? 'batches' : 'parts'), blockBytes),
       );
     }
@@ -156,9 +187,7 @@ export class ReadAnswers {
     query: ListResourcesQuery,
     serialize: Serialize<PageOf<ResourceListItem>>,
   ): ReadAnswer | Promise<ReadAnswer> {
-    const { page, pageSize } = pageOf(query);
-    const audience = this.reads.catalogAudience(principal, params);
-    const key = answerKey('resources', audience, params.catalogSlug, setKey(query.kind), page, pageSize);
+    const key = this.resourcesKey(principal, params, query);
     return (
       this.answers.get(key) ??
       this.load(
@@ -179,7 +208,7 @@ export class ReadAnswers {
     params: CatalogParams,
     serialize: Serialize<Catalog>,
   ): ReadAnswer | Promise<ReadAnswer> {
-    const key = answerKey('catalog', this.reads.catalogAudience(principal, params), params.catalogSlug);
+    const key = this.catalogKey(principal, params);
     return (
       this.answers.get(key) ??
       this.answers.once(key, async () => {
@@ -201,12 +230,7 @@ export class ReadAnswers {
     params: ResourceRefParams,
     serialize: Serialize<ResourceDetail>,
   ): ReadAnswer | Promise<ReadAnswer> {
-    const key = answerKey(
-      'resourceByRef',
-      this.reads.resourceRefAudience(principal, params),
-      params.catalogSlug,
-      params.resourceSlug,
-    );
+    const key = this.resourceByRefKey(principal, params);
     return (
       this.answers.get(key) ?? this.load(key, () => this.reads.getResourceByRef(principal, params), serialize)
     );
@@ -217,7 +241,7 @@ export class ReadAnswers {
     resourceId: string,
     serialize: Serialize<ResourceDetail>,
   ): ReadAnswer | Promise<ReadAnswer> {
-    const key = (audience: Audience | null) => answerKey('resource', audience, resourceId);
+    const key = resourceKey(resourceId);
     return (
       this.heldFor(principal, key) ??
       this.answers.once(key(callerAudience(principal)), async () => {
@@ -245,8 +269,7 @@ export class ReadAnswers {
     query: ListVersionsQuery,
     serialize: Serialize<PageOf<ResourceVersionSummary>>,
   ): ReadAnswer | Promise<ReadAnswer> {
-    const { page, pageSize } = pageOf(query);
-    const key = (audience: Audience | null) => answerKey('versions', audience, resourceId, page, pageSize);
+    const key = versionsKey(resourceId, query);
     return (
       this.heldFor(principal, key) ??
       this.load(
@@ -269,7 +292,7 @@ export class ReadAnswers {
     versionId: string,
     serialize: Serialize<ResourceVersionDetail>,
   ): ReadAnswer | Promise<ReadAnswer> {
-    const key = (audience: Audience | null) => answerKey('version', audience, resourceId, versionId);
+    const key = versionKey(resourceId, versionId);
     return (
       this.heldFor(principal, key) ??
       this.answers.once(key(callerAudience(principal)), async () => {
@@ -284,13 +307,84 @@ export class ReadAnswers {
   }
 
   /**
+   * The answer `read` would be sent now, when memory holds it whole: what the fast path sends
+   * (routes/memory-reads.ts) without asking the read side. Anything else (an answer not held, one
+   * whose body is loaded or written as it is read) is `undefined`, for the route to answer as usual.
+   * The keys are the ones the reads above keep their answers under.
+   */
+  held(principal: Principal, read: HeldRead): Answer | undefined {
+    switch (read.operation) {
+      case 'listPlaybookCatalogs':
+        return this.answers.held(this.catalogsKey(principal, read.query));
+      case 'listPlaybookCatalogResources':
+        return this.answers.held(this.resourcesKey(principal, read.params, read.query));
+      case 'getPlaybookCatalog':
+        return this.answers.held(this.catalogKey(principal, read.params));
+      case 'getPlaybookResourceByRef':
+        return this.answers.held(this.resourceByRefKey(principal, read.params));
+      case 'getPlaybookResource':
+        return this.heldWhole(principal, resourceKey(read.resourceId));
+      case 'listPlaybookResourceVersions':
+        return this.heldWhole(principal, versionsKey(read.resourceId, read.query));
+      case 'getPlaybookResourceVersion':
+        return this.heldWhole(principal, versionKey(read.resourceId, read.versionId));
+    }
+  }
+
+  /**
+   * A Resource's detail read at once from the read model, when memory does not hold it and the
+   * database can search without a promise (SQLite): kept as `getResource` keeps it, and sent at once.
+   * Undefined when it cannot be read so; a refusal (the plan gate) is thrown as `getResource` throws it.
+   */
+  detailNow(principal: Principal, resourceId: string): Answer | undefined {
+    const ticket = this.answers.ticket();
+    const stored = this.reads.storedResourceNow(principal, resourceId, this.missingDetail);
+    if (!stored) return undefined;
+    this.answers.missed();
+    const answer = Answer.json(stored.value.text, stored.tag);
+    return this.keep(resourceKey(resourceId)(stored.audience), answer, ticket, stored.namespaces);
+  }
+
+  private catalogsKey(principal: Principal, query: ListCatalogsQuery): AnswerKey {
+    const { page, pageSize } = pageOf(query);
+    const audience = this.reads.catalogsAudience(principal, query);
+    return answerKey(
+      'catalogs',
+      audience,
+      setKey(query.sourceScope),
+      query.capability ?? null,
+      page,
+      pageSize,
+    );
+  }
+
+  private resourcesKey(principal: Principal, params: CatalogParams, query: ListResourcesQuery): AnswerKey {
+    const { page, pageSize } = pageOf(query);
+    const audience = this.reads.catalogAudience(principal, params);
+    return answerKey('resources', audience, params.catalogSlug, setKey(query.kind), page, pageSize);
+  }
+
+  private catalogKey(principal: Principal, params: CatalogParams): AnswerKey {
+    return answerKey('catalog', this.reads.catalogAudience(principal, params), params.catalogSlug);
+  }
+
+  private resourceByRefKey(principal: Principal, params: ResourceRefParams): AnswerKey {
+    const audience = this.reads.resourceRefAudience(principal, params);
+    return answerKey('resourceByRef', audience, params.catalogSlug, params.resourceSlug);
+  }
+
+  /** `heldFor`, when what is held is an answer whole. */
+  private heldWhole(principal: Principal, key: (audience: Audience | null) => AnswerKey): Answer | undefined {
+    const held = this.answers.held(key(audienceOf(principal, null)));
+    if (held !== undefined || principal.accountId === null) return held;
+    return this.answers.held(key(audienceOf(principal, principal.accountId)));
+  }
+
+  /**
    * The answer held for what `principal` may see of one Resource: the service's for its plan, or its
    * account's. The second key is made only when the first misses (the hot path of a busy service).
    */
-  private heldFor(
-    principal: Principal,
-    key: (audience: Audience | null) => AnswerKey,
-  ): ReadAnswer | undefined {
+  private heldFor(principal: Principal, key: ResourceKeyOf): ReadAnswer | undefined {
     const held = this.answers.get(key(audienceOf(principal, null)));
     if (held !== undefined || principal.accountId === null) return held;
     return this.answers.get(key(audienceOf(principal, principal.accountId)));

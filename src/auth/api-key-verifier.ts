@@ -1,8 +1,9 @@
-import { LRUCache } from 'lru-cache';
+import type { LRUCache } from 'lru-cache';
 import type { FollowedChanges } from '../changes/change-follower.js';
 import { ALWAYS_TRUSTED, type Trust } from '../changes/memory-trust.js';
 import type { Broadcast } from '../foundation/broadcast.js';
 import { AuthenticationError, UnavailableError } from '../foundation/errors.js';
+import { growingCache } from '../foundation/growing-cache.js';
 import type { Environment } from '../schemas/api-key-format.js';
 import { apiKeyParts, parseApiKey } from '../schemas/api-key-format.js';
 import type { Scope } from '../schemas/identity.js';
@@ -95,7 +96,7 @@ export class ApiKeyVerifier {
     this.now = options.now ?? Date.now;
     this.trust = options.trust ?? ALWAYS_TRUSTED;
     this.revalidateAfterMs = options.revalidateAfterMs ?? 1000;
-    this.cache = new LRUCache({ max: options.maxCachedKeys ?? 10_000 });
+    this.cache = growingCache(options.maxCachedKeys ?? 10_000);
     this.unsubscribe = options.revocations.subscribe((message) => {
       if (message.startsWith(KEY_CHANGED_PREFIX)) this.changed(message.slice(KEY_CHANGED_PREFIX.length));
       else this.revoked(message);

@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyContextConfig, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
 import { AuthenticationError, ForbiddenError } from '../foundation/errors.js';
 import type { CountedSeries, Metrics } from '../observability/metrics.js';
@@ -13,10 +14,10 @@ export type CredentialPolicy = 'api-key-or-token' | 'access-token';
 export interface Authenticator {
   authenticate(request: FastifyRequest, policy: CredentialPolicy): Promise<Principal>;
   /**
-   * The principal, when it can be told at once from what is held in memory; `undefined` leaves the
-   * request to `authenticate`, which also explains every refusal.
+   * The principal of a request with these headers, when it can be told at once from what is held in
+   * memory; `undefined` leaves the request to `authenticate`, which also explains every refusal.
    */
-  authenticateFromMemory?(request: FastifyRequest, policy: CredentialPolicy): Principal | undefined;
+  authenticateFromMemory?(headers: IncomingHttpHeaders, policy: CredentialPolicy): Principal | undefined;
   /**
    * Where the keys that sign access tokens come from, as the API's documentation describes them;
    * the embedded signer's when not said.
@@ -89,7 +90,7 @@ export function authHook(
   return (request, reply, done) => {
     let admitted: void | Promise<void>;
     try {
-      const known = authenticator.authenticateFromMemory?.(request, needs.policy);
+      const known = authenticator.authenticateFromMemory?.(request.headers, needs.policy);
       admitted = known ? admit(request, reply, known) : authenticate(request, reply);
     } catch (error) {
       done(error as Error);

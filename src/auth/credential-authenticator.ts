@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import type { FastifyRequest } from 'fastify';
 import type { AccountPlans } from '../accounts/account-plans.js';
 import { DEFAULT_PLAN } from '../accounts/accounts.js';
@@ -94,8 +95,7 @@ export class CredentialAuthenticator implements Authenticator, CredentialCheck {
    * `authenticate` to decide and to explain. A repeated x-api-key arrives joined by a comma, which no
    * key parses as, so it goes there too.
    */
-  authenticateFromMemory(request: FastifyRequest, policy: CredentialPolicy): Principal | undefined {
-    const { headers } = request;
+  authenticateFromMemory(headers: IncomingHttpHeaders, policy: CredentialPolicy): Principal | undefined {
     const presented = headers['x-api-key'];
     if (policy !== 'api-key-or-token' || typeof presented !== 'string') return undefined;
     if (headers.authorization !== undefined || headers['x-account-id'] !== undefined) return undefined;

@@ -1,7 +1,8 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { LRUCache } from 'lru-cache';
+import type { LRUCache } from 'lru-cache';
 import { RateLimitError } from '../foundation/errors.js';
-import { credentialKey } from './principal.js';
+import { growingCache } from '../foundation/growing-cache.js';
+import { type Credential, credentialKey } from './principal.js';
 
 /**
  * Counts hits per key in fixed windows. The only state rate limiting keeps, behind an interface we
@@ -30,7 +31,7 @@ export class MemoryRateCounter implements RateCounter {
     private readonly now: () => number = Date.now,
     maxKeys = 100_000,
   ) {
-    this.windows = new LRUCache({ max: maxKeys });
+    this.windows = growingCache(maxKeys);
   }
 
   increment(key: string, windowMs: number): WindowCount {
@@ -44,6 +45,18 @@ export class MemoryRateCounter implements RateCounter {
     window.count++;
     return { count: window.count, resetInMs: window.startedAt + windowMs - now };
   }
+}
+
+/**
+ * Where a request counted before its route's hooks run (the fast path, routes/memory-reads.ts) keeps
+ * its window, on the Node request: the hooks then describe and judge that window rather than counting
+ * the request again.
+ */
+export const COUNTED_WINDOW = Symbol('counted window');
+
+/** A Node request that may carry the window it was counted in. */
+export interface CountedRequest {
+  [COUNTED_WINDOW]?: WindowCount;
 }
 
 /** What the auth hook asks of rate limiting (D10). */
@@ -60,6 +73,15 @@ export interface AccessLimiter {
    * the counter is in this process, else a promise.
    */
   consume(request: FastifyRequest, reply: FastifyReply, key?: string): void | Promise<void>;
+  /**
+   * Counts one request of `credential`, as `consume` does, and returns its window without judging it:
+   * the fast path's count, which then sends the headers (`rateLimitHeaders`) or, past the limit, hands
+   * the request with its window (`COUNTED_WINDOW`) to the hooks that refuse it. Absent, the fast path
+   * counts nothing, as `consume` then counts nothing.
+   */
+  count?(credential: Credential): WindowCount | Promise<WindowCount>;
+  /** Requests one credential may make per window. */
+  readonly max?: number;
 }
 
 export interface RateLimitSettings {
@@ -104,7 +126,17 @@ export class RateLimits implements AccessLimiter {
     }
   }
 
+  get max(): number {
+    return this.settings.max;
+  }
+
+  count(credential: Credential): WindowCount | Promise<WindowCount> {
+    return this.counter.increment(credentialKey(credential), this.settings.windowMs);
+  }
+
   consume(request: FastifyRequest, reply: FastifyReply, key?: string): void | Promise<void> {
+    const before = (request.raw as CountedRequest)[COUNTED_WINDOW];
+    if (before !== undefined && key === undefined) return this.admit(reply, before);
     const { windowMs } = this.settings;
     if (!key && !request.principal) {
       throw new Error('a request counted against its credential before it had one');
@@ -132,4 +164,16 @@ function describe(reply: FastifyReply, limit: number, count: number, resetInMs: 
   reply.header('ratelimit-limit', limit);
   reply.header('ratelimit-remaining', Math.max(0, limit - count));
   reply.header('ratelimit-reset', seconds(resetInMs));
+}
+
+/** The `RateLimit-*` headers of a window of `limit` requests, as `consume` sets them, as raw header pairs. */
+export function rateLimitHeaders(limit: number, { count, resetInMs }: WindowCount): string[] {
+  return [
+    'ratelimit-limit',
+    String(limit),
+    'ratelimit-remaining',
+    String(Math.max(0, limit - count)),
+    'ratelimit-reset',
+    String(seconds(resetInMs)),
+  ];
 }

@@ -1,5 +1,6 @@
 import type { Principal } from '../auth/principal.js';
 import type { ContentReader } from '../content/content-reader.js';
+import type { ReadNow } from '../db/create-db.js';
 import type { CatalogRow, Db } from '../db/tables.js';
 import { ForbiddenError, NotFoundError } from '../foundation/errors.js';
 import { readPage } from '../foundation/paging.js';
@@ -35,7 +36,13 @@ import {
 } from './mappers.js';
 import { type CatalogTagRow, readCatalogTagger, resourceTag } from './object-tags.js';
 import * as repo from './read-repository.js';
-import { findStoredDetail, type OwnerDetail, STORED_DETAIL_FORM } from './stored-details.js';
+import {
+  findStoredDetail,
+  findStoredDetailNow,
+  type OwnerDetail,
+  STORED_DETAIL_FORM,
+  type StoredDetail,
+} from './stored-details.js';
 import {
   type PinsHead,
   type PinsReading,
@@ -121,13 +128,13 @@ export interface VersionRead {
  */
 export class PlaybookService {
   /**
-   * @param lookups where the read model's searches go (`Databases.lookups`: on SQLite, connections on
-   *   threads of their own); `db` by default.
+   * @param readNow where a search of the read model may be made at once (`Databases.readNow`, SQLite's
+   *   reader), for `storedResourceNow`
    */
   constructor(
     private readonly db: Db,
     private readonly content: ContentReader,
-    private readonly lookups: Db = db,
+    private readonly readNow?: ReadNow,
   ) {}
 
   /**
@@ -248,7 +255,30 @@ export class PlaybookService {
     resourceId: string,
     missing: (resourceId: string) => void,
   ): Promise<Seen<StoredText> | undefined> {
-    const row = await findStoredDetail(this.lookups, resourceId);
+    return this.seenOfStored(principal, resourceId, await findStoredDetail(this.db, resourceId), missing);
+  }
+
+  /**
+   * `storedResource` at once, without a promise, where the database can search without one (SQLite);
+   * `undefined` otherwise, as when the read model holds no row of the current form.
+   */
+  storedResourceNow(
+    principal: Principal,
+    resourceId: string,
+    missing: (resourceId: string) => void,
+  ): Seen<StoredText> | undefined {
+    if (!this.readNow) return undefined;
+    const row = findStoredDetailNow(this.db, this.readNow, resourceId);
+    return this.seenOfStored(principal, resourceId, row, missing);
+  }
+
+  /** What a caller sees of a stored detail: its own or the service's, past the plan gate (D6). */
+  private seenOfStored(
+    principal: Principal,
+    resourceId: string,
+    row: StoredDetail | undefined,
+    missing: (resourceId: string) => void,
+  ): Seen<StoredText> | undefined {
     if (row === undefined) return undefined;
     if (row.form !== STORED_DETAIL_FORM) {
       missing(resourceId);

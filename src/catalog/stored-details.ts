@@ -1,11 +1,13 @@
 import { Type } from '@sinclair/typebox';
 import fastJson from 'fast-json-stringify';
 import type { FastifyBaseLogger } from 'fastify';
+import type { CompiledQuery } from 'kysely';
 import type { ChangeFollower } from '../changes/change-follower.js';
 import { readHead } from '../changes/change-log.js';
 import { CATALOG_CHANGES_SHOWN } from '../changes/forget-details.js';
 import type { UnitOfWork } from '../changes/unit-of-work.js';
 import { chunk, MAX_IN_LIST } from '../db/batches.js';
+import type { ReadNow } from '../db/create-db.js';
 import { PreparedQuery } from '../db/prepared-query.js';
 import type { Db, StoredDetailTable } from '../db/tables.js';
 import { nextTurn } from '../foundation/pace.js';
@@ -41,6 +43,26 @@ const STORED_DETAIL = new PreparedQuery(['resourceId'], (db, slot, _shape: 'any'
     .select(['account_id', 'facets', 'form', 'tag', 'body'])
     .where('resource_id', '=', slot.resourceId),
 );
+
+/** The search `findStoredDetailNow` makes, compiled once for each database. */
+const compiledSearches = new WeakMap<Db, CompiledQuery<StoredDetail>>();
+
+/**
+ * `findStoredDetail` made at once, without a promise, where the database can (`readNow`, SQLite's
+ * reader on the event loop's thread): a read not held in memory then costs the search alone.
+ */
+export function findStoredDetailNow(db: Db, readNow: ReadNow, resourceId: string): StoredDetail | undefined {
+  let compiled = compiledSearches.get(db);
+  if (!compiled) {
+    compiled = db
+      .selectFrom('stored_details')
+      .select(['account_id', 'facets', 'form', 'tag', 'body'])
+      .where('resource_id', '=', '')
+      .compile();
+    compiledSearches.set(db, compiled);
+  }
+  return readNow({ ...compiled, parameters: [resourceId] });
+}
 
 /** The stored detail of the Resource `resourceId`, of any form; none when the table has no row. */
 export async function findStoredDetail(db: Db, resourceId: string): Promise<StoredDetail | undefined> {

@@ -1,6 +1,6 @@
-import { randomUUID } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
+import http from 'node:http';
 import AjvCompiler, { type Options as AjvOptions } from '@fastify/ajv-compiler';
+import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, {
   type FastifyBaseLogger,
@@ -11,14 +11,16 @@ import Fastify, {
 import type { ReadAnswers } from '../answers/read-answers.js';
 import type { AuditLog } from '../audit/audit-log.js';
 import type { ApiKeyService } from '../auth/api-key-service.js';
-import type { Authenticator } from '../auth/authenticator.js';
+import { type Authenticator, authenticationCounts } from '../auth/authenticator.js';
 import type { LeakReportSignatures } from '../auth/leak-reports.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
 import { type DocsSite, renderDocs } from '../docs/docs-site.js';
-import { holdsCredential } from '../foundation/redact-url.js';
-import { CREDENTIAL_SAFE_SERIALIZERS } from '../http/access-log.js';
+import { AccessLog, CREDENTIAL_SAFE_SERIALIZERS } from '../http/access-log.js';
+import { clientAddressOf, trustProxyOption } from '../http/client-address.js';
 import { clientErrorHandler } from '../http/connection-close.js';
+import { LazyCompilers } from '../http/lazy-compilers.js';
 import { handleClientError, handleError } from '../http/problem.js';
+import { requestIdOf } from '../http/request-id.js';
 import { lazyRequestLogger } from '../http/request-logger.js';
 import { isCheckedInSlices } from '../http/sliced-body.js';
 import { Metrics } from '../observability/metrics.js';
@@ -26,12 +28,12 @@ import type { Tracing } from '../observability/tracing.js';
 import type { PublishService } from '../publish/publish-service.js';
 import { docsPagesRoutes } from '../routes/docs-pages.js';
 import { identityRoutes } from '../routes/identity.js';
+import { MemoryReads } from '../routes/memory-reads.js';
 import { type InstanceState, operationsRoutes, type ReadinessCheck } from '../routes/operations.js';
 import { playbookRoutes } from '../routes/playbook.js';
 import { publishRoutes } from '../routes/publish.js';
 import { syncRoutes } from '../routes/sync.js';
 import { webhookRoutes } from '../routes/webhooks.js';
-import { REQUEST_ID_PATTERN } from '../schemas/common.js';
 import type { HeldRequests } from '../sync/held-requests.js';
 import type { SyncFeed } from '../sync/sync-feed.js';
 import type { WebhookEndpoints } from '../webhooks/webhook-endpoints.js';
@@ -91,19 +93,6 @@ export interface AppDependencies {
 /** D20's defaults, as the configuration has them. */
 const DEFAULT_TIMEOUTS = { requestMs: 30_000, keepAliveMs: 72_000 };
 
-const SANE_REQUEST_ID = new RegExp(REQUEST_ID_PATTERN);
-
-/**
- * Echo a caller's request id when it is sane; otherwise make one (D2). A credential sent as one would
- * be echoed in the answer and written in every log line of the request (D21).
- */
-function requestIdOf(request: IncomingMessage): string {
-  const sent = request.headers['x-request-id'];
-  return typeof sent === 'string' && SANE_REQUEST_ID.test(sent) && !holdsCredential(sent)
-    ? sent
-    : randomUUID();
-}
-
 /** Whatever logger the app is given writes requests and errors with no credential in them (D21). */
 function credentialSafe(
   logger: FastifyServerOptions['logger'] | FastifyBaseLogger,
@@ -117,33 +106,54 @@ function credentialSafe(
 }
 
 const validators = AjvCompiler();
+const serializers = SerializerSelector();
 
 /**
  * One Ajv per HTTP part (Fastify's schema controller): query strings, paths and headers arrive as
  * text and are coerced to their schema's types; a JSON body carries its own types, so it is checked
- * as it is, and `"name": 7` is refused rather than made to look right.
+ * as it is, and `"name": 7` is refused rather than made to look right. Each check is compiled when
+ * first used (`LazyCompilers`).
  */
-function validatorPerPart(
-  externalSchemas: Parameters<ReturnType<typeof AjvCompiler>>[0],
-  options: { customOptions?: AjvOptions } = {},
-) {
-  const coercing = validators(externalSchemas, options);
-  const exact = validators(externalSchemas, {
-    ...options,
-    customOptions: { ...options.customOptions, coerceTypes: false },
-  });
-  return (route: { httpPart?: string } & Parameters<typeof coercing>[0]) => {
-    // A body with a list of thousands is checked by its route, in slices (D20).
-    if (route.httpPart === 'body' && isCheckedInSlices((route as { schema?: unknown }).schema)) {
-      return (() => true) as unknown as ReturnType<typeof exact>;
-    }
-    return route.httpPart === 'body' ? exact(route) : coercing(route);
+function validatorPerPart(lazy: LazyCompilers) {
+  return (
+    externalSchemas: Parameters<typeof validators>[0],
+    options: { customOptions?: AjvOptions } = {},
+  ) => {
+    const coercing = validators(externalSchemas, options);
+    const exact = validators(externalSchemas, {
+      ...options,
+      customOptions: { ...options.customOptions, coerceTypes: false },
+    });
+    return (route: { httpPart?: string } & Parameters<typeof coercing>[0]) => {
+      // A body with a list of thousands is checked by its route, in slices (D20).
+      if (route.httpPart === 'body' && isCheckedInSlices((route as { schema?: unknown }).schema)) {
+        return (() => true) as unknown as ReturnType<typeof exact>;
+      }
+      return lazy.check(() => (route.httpPart === 'body' ? exact(route) : coercing(route)));
+    };
   };
 }
 
-/** A hop count trusts that many proxies nearest the service; addresses and booleans pass as they are. */
-function trustProxyOption(setting: boolean | number | string[]): FastifyServerOptions['trustProxy'] {
-  return typeof setting === 'number' ? (_address: string, hop: number) => hop < setting : setting;
+/** Fastify's serializers (fast-json-stringify), each compiled when first used (`LazyCompilers`). */
+function serializerPerStatus(lazy: LazyCompilers) {
+  return (...factory: Parameters<typeof serializers>) => {
+    const compile = serializers(...factory);
+    return (route: Parameters<typeof compile>[0]) => lazy.serializer(() => compile(route));
+  };
+}
+
+/** Each application's schemas not compiled yet (`compileSchemas`). */
+const lazySchemas = new WeakMap<object, LazyCompilers>();
+
+/**
+ * Compiles every schema of `app` not compiled yet, and throws what a compilation throws: a test's way
+ * to prove each route's schemas compile, which an instance otherwise learns on first use.
+ */
+export function compileSchemas(app: FastifyInstance): number {
+  const lazy = lazySchemas.get(app);
+  const count = lazy?.uncompiled ?? 0;
+  lazy?.compileAll();
+  return count;
 }
 
 /**
@@ -153,7 +163,33 @@ function trustProxyOption(setting: boolean | number | string[]): FastifyServerOp
 export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> {
   const loggerOption = deps.logger ?? false;
   const timeouts = deps.timeouts ?? DEFAULT_TIMEOUTS;
+  const metrics = deps.metrics ?? new Metrics();
+  const accessLog = new AccessLog(metrics);
+  const counts = authenticationCounts(metrics);
+  let draining = false;
+  // Reads answered from memory go no further than the server's own handler (routes/memory-reads.ts);
+  // with tracing on, every request goes through the hooks that make its span.
+  let memoryReads: MemoryReads | undefined;
+  /** Fastify's own handler of a request, which the server calls for every request not answered from memory. */
+  let frameworkHandler: http.RequestListener | undefined;
+  const serverOptions: http.ServerOptions = {
+    // A missing Host is refused below with a problem document, rather than by Node with a bare 400.
+    requireHostHeader: false,
+    headersTimeout: timeouts.requestMs,
+    connectionsCheckingInterval: Math.min(1000, timeouts.requestMs),
+  };
+  const lazy = new LazyCompilers();
   const app = Fastify({
+    serverFactory: (handler) => {
+      frameworkHandler = handler;
+      const server = http.createServer(serverOptions, (request, response) => {
+        if (!memoryReads?.handle(request, response)) handler(request, response);
+      });
+      // What Fastify sets on a server it makes itself.
+      server.keepAliveTimeout = timeouts.keepAliveMs;
+      server.requestTimeout = timeouts.requestMs;
+      return server;
+    },
     ...credentialSafe(loggerOption),
     genReqId: requestIdOf,
     // One access line per request instead of Fastify's two (D25): see http/access-log.ts.
@@ -164,7 +200,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     // Requests that arrive while the server drains are refused by the hook below with a problem
     // document, rather than Fastify's bare 503.
     return503OnClosing: false,
-    trustProxy: trustProxyOption(deps.trustProxy ?? false),
+    trustProxy: trustProxyOption(deps.trustProxy ?? false) as FastifyServerOptions['trustProxy'],
     // Path values up to this length reach schema validation, which names the bad one (D4); the
     // router's default of 100 would turn a 121-character slug into a bare 414.
     routerOptions: { maxParamLength: 2048 },
@@ -178,12 +214,6 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     // checks every second rather than every 30.
     requestTimeout: timeouts.requestMs,
     keepAliveTimeout: timeouts.keepAliveMs,
-    http: {
-      // A missing Host is refused below with a problem document, rather than by Node with a bare 400.
-      requireHostHeader: false,
-      headersTimeout: timeouts.requestMs,
-      connectionsCheckingInterval: Math.min(1000, timeouts.requestMs),
-    },
     ajv: {
       customOptions: {
         // Unknown parameters and fields are errors to report, not properties to drop silently (D3).
@@ -195,8 +225,14 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
         verbose: true,
       },
     },
-    schemaController: { compilersFactory: { buildValidator: validatorPerPart } },
+    schemaController: {
+      compilersFactory: {
+        buildValidator: validatorPerPart(lazy),
+        buildSerializer: serializerPerStatus(lazy),
+      },
+    },
   }).withTypeProvider<TypeBoxTypeProvider>();
+  lazySchemas.set(app, lazy);
 
   // Plugins by area, each on the root context: how every request is handled, then what describes
   // the API, then the operations of each area.
@@ -204,7 +240,11 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     authenticator: deps.authenticator,
     rateLimits: deps.rateLimits,
     timeouts,
-    metrics: deps.metrics ?? new Metrics(),
+    accessLog,
+    counts,
+    onDraining: () => {
+      draining = true;
+    },
     ...(deps.tracing ? { tracing: deps.tracing } : {}),
   });
   await app.register(documentation, {
@@ -225,6 +265,19 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     }),
   );
   await app.register(playbookRoutes(deps.reads));
+  if (!deps.tracing) {
+    memoryReads = new MemoryReads({
+      answers: deps.reads,
+      authenticator: deps.authenticator,
+      limiter: deps.rateLimits,
+      accessLog,
+      counts,
+      clientAddress: clientAddressOf(deps.trustProxy ?? false),
+      logger: app.log,
+      draining: () => draining,
+    });
+    if (frameworkHandler) memoryReads.handOver = frameworkHandler;
+  }
   if (deps.sync) {
     await app.register(syncRoutes(deps.sync.feed));
     const held = deps.sync.held;

@@ -5,8 +5,8 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fastifyPlugin from 'fastify-plugin';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import {
+  type AuthenticationCounts,
   type Authenticator,
-  authenticationCounts,
   authHook,
   type CredentialPolicy,
 } from '../auth/authenticator.js';
@@ -21,7 +21,7 @@ import {
 } from '../foundation/errors.js';
 import { CREDENTIAL_PARAMETERS, redactCredentials, redactUrl } from '../foundation/redact-url.js';
 import { answersAcceptable } from '../http/acceptable.js';
-import { installAccessLog } from '../http/access-log.js';
+import { type AccessLog, installAccessLog } from '../http/access-log.js';
 import { closeAfterAnswer } from '../http/connection-close.js';
 import { streamedJsonBodyParser } from '../http/json-body.js';
 import {
@@ -33,7 +33,6 @@ import {
   writeRawProblem,
 } from '../http/problem.js';
 import { queryHooks } from '../http/query.js';
-import type { Metrics } from '../observability/metrics.js';
 import { type Tracing, traceRequests } from '../observability/tracing.js';
 
 export interface RequestPipelineOptions {
@@ -41,8 +40,12 @@ export interface RequestPipelineOptions {
   readonly rateLimits: AccessLimiter;
   readonly timeouts: { readonly requestMs: number; readonly keepAliveMs: number };
   readonly tracing?: Tracing;
-  /** Where requests and authentications are counted (D25). */
-  readonly metrics: Metrics;
+  /** The access line and the requests' metrics (D25), shared with the fast path. */
+  readonly accessLog: AccessLog;
+  /** Where authentications are counted (D25), shared with the fast path. */
+  readonly counts: AuthenticationCounts;
+  /** Told when the instance starts draining (its `preClose`). */
+  readonly onDraining: () => void;
 }
 
 /** How many segments of an unknown path a 404 names: enough to tell which family of routes was meant. */
@@ -136,8 +139,8 @@ async function pipeline(fastify: FastifyInstance, options: RequestPipelineOption
   // First of the hooks, so that everything a request does happens inside its span.
   if (deps.tracing) await traceRequests(app, deps.tracing);
   app.decorateRequest('principal', null);
-  installAccessLog(app, options.metrics);
-  const counts = authenticationCounts(options.metrics);
+  installAccessLog(app, options.accessLog);
+  const { counts } = options;
   app.setErrorHandler(handleError);
   // D2: a known path asked with another method is a 405 that names the methods it takes.
   const routes = FindMyWay({ maxParamLength: 2048 });
@@ -185,6 +188,7 @@ async function pipeline(fastify: FastifyInstance, options: RequestPipelineOption
   let draining = false;
   app.addHook('preClose', async () => {
     draining = true;
+    options.onDraining();
   });
   // Hooks that need not wait for anything take a callback: Fastify runs them without a promise.
   app.addHook('onRequest', (request, reply, done) => {

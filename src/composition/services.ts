@@ -163,7 +163,7 @@ export function createServices(
   const answers = new AnswerCache(config.answerCacheBytes, metrics, trust);
   follower.onChange((followed) => answers.follow(followed));
   const unobserve = metrics.observeAnswerCacheSize(() => answers.stats.bytes);
-  const playbook = new PlaybookService(databases.reader, content, databases.lookups);
+  const playbook = new PlaybookService(databases.reader, content, databases.readNow);
   // D30: the read model of details, written by the service; `serve` starts it once listening.
   // Built from the primary on PostgreSQL: a replica set behind one address may read the log's head
   // from one standby and a Resource from another, further behind.

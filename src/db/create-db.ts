@@ -3,6 +3,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import type SqliteDatabase from 'better-sqlite3';
 import {
+  type CompiledQuery,
   Kysely,
   type SqliteDatabase as KyselySqliteDatabase,
   type LogEvent,
@@ -33,13 +34,12 @@ export interface Databases {
    */
   readonly writer: Db;
   /**
-   * Searches that land anywhere in a large table, one row each (the read model of details, D30). On a
-   * SQLite file, connections on threads of their own (`LOOKUP_THREADS`): a row not in the system's page
-   * cache is a read of the disk, and on the event loop's thread each one held every request of the
-   * instance (at a million Resources, answers held in memory waited as long as the searches beside
-   * them: p99 over 100 ms). The reader otherwise.
+   * A statement's first row, read at once on SQLite's reader connection, without a promise: the
+   * searches of one row by its key that answer a read not held in memory (the read model of details,
+   * D30), from SQLite's page cache or the system's. Absent on PostgreSQL, where every read is a round
+   * trip.
    */
-  readonly lookups: Db;
+  readonly readNow?: ReadNow;
   readonly dialect: Dialect;
   close(): Promise<void>;
 }
@@ -47,28 +47,7 @@ export interface Databases {
 /** The reader connection's page cache, in KiB (SQLite's default is 2 MiB). */
 const READER_CACHE_KIB = 16 * 1024;
 
-/**
- * The lookups' connections (`Databases.lookups`): while one waits for the disk, the other goes on, and
- * the event loop never waits. Four answered about as many of a load of such reads on a machine of two
- * cores, and each costs its thread's memory and its page cache (`LOOKUP_CACHE_KIB`).
- */
-const LOOKUP_THREADS = 2;
-
-/**
- * Each lookup connection's page cache, in KiB (SQLite's default): the upper levels of the index it
- * searches and of the table; the rows themselves are anywhere, and come from the system's page cache
- * or the disk.
- */
-const LOOKUP_CACHE_KIB = 2 * 1024;
-
-/**
- * Each lookup thread's heap: a search's row (at most 1 MiB of text) and the statements kept prepared.
- * Without a bound on its young generation, each thread's grew as the event loop's does, and two of
- * them took a serving instance under a mixed load past 250 MB.
- */
-const LOOKUP_HEAP = { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 64 } as const;
-
-/** Every SQLite connection's settings: the writer's, the reader's and the lookups'. */
+/** Every SQLite connection's settings: the writer's and the reader's. */
 const SQLITE_PRAGMAS = [
   'journal_mode = WAL',
   // FULL: a committed import survives a power cut, not only a crash of the process.
@@ -100,31 +79,15 @@ function openSqliteWriter(file: string, observation: Observation): Db {
   });
 }
 
-/** The lookups (`Databases.lookups`): connections to a SQLite file on threads of their own. */
-function openSqliteLookups(file: string, observation: Observation): Db {
-  return new Kysely<Database>({
-    dialect: new SqliteWriterDialect({
-      ...onThreads(file),
-      pragmas: [...SQLITE_PRAGMAS, `cache_size = -${LOOKUP_CACHE_KIB}`],
-      checkpoints: false,
-      threads: LOOKUP_THREADS,
-      role: 'lookups',
-      resourceLimits: LOOKUP_HEAP,
-    }),
-    log: timed('lookups', observation),
-  });
-}
-
-/** What connections on threads of their own share, the writer's and the lookups'. */
+/** What connections on threads of their own share (the writer's). */
 function onThreads(file: string) {
   return {
     file,
     driver: sqliteDriverName(),
     statements: PREPARED_STATEMENTS,
     onWarning: (message: string) => process.emitWarning(message, 'PlaybookWarning'),
-    // A process without its writer would answer every write with an error (without its lookups, every
-    // read the read model serves): it ends instead, with the reason, as on any error nothing
-    // handles, and its supervisor starts it again.
+    // A process without its writer would answer every write with an error: it ends instead, with the
+    // reason, as on any error nothing handles, and its supervisor starts it again.
     onFailure: (error: Error) =>
       process.nextTick(() => {
         throw error;
@@ -132,25 +95,40 @@ function onThreads(file: string) {
   };
 }
 
-/** The reader: on the event loop's thread, where a read costs no more than the read itself. */
-function openSqliteReader(file: string, observation: Observation): Db {
+/** A statement's first row, read at once (`Databases.readNow`). */
+export type ReadNow = <R>(query: CompiledQuery<R>) => R | undefined;
+
+/**
+ * The reader: on the event loop's thread, where a read costs no more than the read itself, and where
+ * a search of one row may be made without a promise (`readNow`).
+ */
+function openSqliteReader(file: string, observation: Observation): { db: Db; readNow: ReadNow } {
   sqliteFile(file);
   const connection = new (sqliteDriver())(file);
   for (const pragma of SQLITE_PRAGMAS) connection.pragma(pragma);
   // Reads that miss the answers in memory land anywhere in a database of millions of rows: a page
   // cache that holds the indexes' upper levels saves most of each lookup's reads of the file (D30).
   connection.pragma(`cache_size = -${READER_CACHE_KIB}`);
-  return new Kysely<Database>({
-    dialect: new SqliteDialect({ database: withStatementCache(connection) }),
-    log: timed('reader', observation),
-  });
+  const statements = withStatementCache(connection);
+  const reads = observation.metrics.databaseDuration;
+  const ok = { database: 'reader', outcome: 'ok' } as const;
+  const readNow: ReadNow = <R>(query: CompiledQuery<R>) => {
+    const started = performance.now();
+    const row = (statements.prepare(query.sql) as SqliteDatabase.Statement).get(...query.parameters);
+    reads.observe(ok, (performance.now() - started) / 1000);
+    return row as R | undefined;
+  };
+  return {
+    db: new Kysely<Database>({
+      dialect: new SqliteDialect({ database: statements }),
+      log: timed('reader', observation),
+    }),
+    readNow,
+  };
 }
 
 /** Every statement's time into `playbook_database_query_duration_seconds` (D25). */
-function timed(
-  database: 'primary' | 'reader' | 'lookups',
-  observation: Observation,
-): (event: LogEvent) => void {
+function timed(database: 'primary' | 'reader', observation: Observation): (event: LogEvent) => void {
   const { metrics, tracing } = observation;
   const ok = { database, outcome: 'ok' } as const;
   const error = { database, outcome: 'error' } as const;
@@ -319,16 +297,15 @@ export function createDatabases(
     // so reads on the writer's connection would wait out a long write transaction (a publish of
     // 100,000 Resources is seconds of it, D20). In WAL mode a reader sees every committed write and
     // is never blocked by the writer. An in-memory database is one connection's alone.
-    const reader = config.path === ':memory:' ? primary : openSqliteReader(config.path, observation);
-    const lookups = config.path === ':memory:' ? primary : openSqliteLookups(config.path, observation);
+    const opened = config.path === ':memory:' ? undefined : openSqliteReader(config.path, observation);
+    const reader = opened?.db ?? primary;
     return {
       primary,
       reader,
       writer: primary,
-      lookups,
+      ...(opened ? { readNow: opened.readNow } : {}),
       dialect: 'sqlite',
       close: async () => {
-        if (lookups !== primary) await lookups.destroy();
         if (reader !== primary) await reader.destroy();
         await primary.destroy();
       },
@@ -344,7 +321,6 @@ export function createDatabases(
     primary,
     reader,
     writer,
-    lookups: reader,
     dialect: 'postgres',
     close: async () => {
       await writer.destroy();

@@ -1,5 +1,5 @@
 import { createRequire } from 'node:module';
-import { type ResourceLimits, Worker } from 'node:worker_threads';
+import { Worker } from 'node:worker_threads';
 import type SqliteDatabase from 'better-sqlite3';
 import {
   CompiledQuery,
@@ -27,7 +27,7 @@ const CLOSE_DEADLINE_MS = 5000;
 
 /**
  * A thread's code, plain CommonJS (a worker made from code runs it as a script). It owns one
- * connection (the writer's, or one of the lookups') and runs each statement sent to it, one at a
+ * connection (the writer's) and runs each statement sent to it, one at a
  * time, answering with its rows or its changes, or with the error's name, message and code.
  *
  * The writer's thread also makes the checkpoints (`checkpoints`), on a connection of its own: every
@@ -159,15 +159,6 @@ export interface SqliteWriterOptions {
   readonly checkpoints: boolean;
   /** Distinct statements kept prepared. */
   readonly statements: number;
-  /**
-   * Connections, each on a thread of its own, lent one caller at a time (1, the writer's one, by
-   * default). Several serve reads that may wait for the disk (create-db.ts, the lookups).
-   */
-  readonly threads?: number;
-  /** What the connections are called in errors: `writer` by default. */
-  readonly role?: string;
-  /** Each thread's heap limits (Node's own by default). */
-  readonly resourceLimits?: ResourceLimits;
   /** Where the checkpoints' connection opens, when not `file`: a test's way of making it fail. */
   readonly checkpointFile?: string;
   /** Told of what the operator should know and the writer works on regardless. */
@@ -182,8 +173,6 @@ export interface SqliteWriterOptions {
  * publish of 100,000 Resources ends with one of 650-680 ms: SQLite rewrites the WAL frames' checksums,
  * then flushes) held every other request. Here each compiled query goes to the thread and its answer
  * comes back as Kysely's own SQLite driver gives it; transactions are statements on that connection.
- * With `threads` above 1 there are as many connections, each on its thread, each lent to one caller
- * at a time (the lookups of create-db.ts: searches that may wait for the disk).
  */
 export class SqliteWriterDialect implements Dialect {
   constructor(private readonly options: SqliteWriterOptions) {}
@@ -207,7 +196,7 @@ export class SqliteWriterDialect implements Dialect {
 }
 
 class SqliteWriterDriver implements Driver {
-  private threads: WriterThread[] = [];
+  private thread: WriterThread | undefined;
   /**
    * A SQLite connection serves one caller at a time, as in Kysely's SQLite driver: each is lent to one,
    * and the others wait for the first to be given back, in the order they asked.
@@ -220,20 +209,8 @@ class SqliteWriterDriver implements Driver {
   constructor(private readonly options: SqliteWriterOptions) {}
 
   async init(): Promise<void> {
-    // The first alone: its pragmas may switch a new file to WAL, which connections opening beside it
-    // would find locked. The others then open together.
-    const first = await WriterThread.start(this.options);
-    const others = await Promise.allSettled(
-      Array.from({ length: (this.options.threads ?? 1) - 1 }, () => WriterThread.start(this.options)),
-    );
-    const threads = [first, ...others.flatMap((each) => (each.status === 'fulfilled' ? [each.value] : []))];
-    const failed = others.find((each) => each.status === 'rejected');
-    if (failed) {
-      await Promise.all(threads.map((thread) => thread.close()));
-      throw failed.reason;
-    }
-    this.threads = threads;
-    this.free.push(...threads.map((thread) => new WriterConnection(thread)));
+    this.thread = await WriterThread.start(this.options);
+    this.free.push(new WriterConnection(this.thread));
   }
 
   async acquireConnection(): Promise<DatabaseConnection> {
@@ -278,10 +255,11 @@ class SqliteWriterDriver implements Driver {
 
   /** Waits for the connections' holders (a transaction in progress) to be done, as a pool's end does. */
   async destroy(): Promise<void> {
-    while (this.free.length < this.threads.length) {
+    if (!this.thread) return;
+    while (this.free.length < 1) {
       await new Promise<void>((resolve) => this.released.push(resolve));
     }
-    await Promise.all(this.threads.map((thread) => thread.close()));
+    await this.thread.close();
   }
 }
 
@@ -338,7 +316,6 @@ class WriterThread {
   private failure: Error | undefined;
   private closing: Promise<void> | undefined;
   private readonly exited: Promise<void>;
-  private readonly role: string;
 
   private constructor(
     private readonly worker: Worker,
@@ -347,8 +324,6 @@ class WriterThread {
   ) {
     let thrown: Error | undefined;
     let isOpen = false;
-    const role = options.role ?? 'writer';
-    this.role = role;
     worker.on('message', (message: Message) => {
       if ('opened' in message) {
         isOpen = true;
@@ -373,7 +348,7 @@ class WriterThread {
     this.exited = new Promise((resolve) => {
       worker.once('exit', (code) => {
         const why = thrown?.message ?? `exit code ${code}`;
-        this.failure ??= new Error(`the SQLite ${role}'s thread ended: ${why}`, { cause: thrown });
+        this.failure ??= new Error(`the SQLite writer's thread ended: ${why}`, { cause: thrown });
         this.pending?.reject(this.failure);
         this.pending = undefined;
         if (!isOpen) opened(thrown ?? this.failure);
@@ -386,10 +361,9 @@ class WriterThread {
   /** Starts the thread; resolves once its connection is open, rejects with the error if it cannot open. */
   static start(options: SqliteWriterOptions): Promise<WriterThread> {
     const require = createRequire(import.meta.url);
-    const { onWarning: _w, onFailure: _f, threads: _t, role: _r, resourceLimits, ...data } = options;
+    const { onWarning: _w, onFailure: _f, ...data } = options;
     const worker = new Worker(WORKER_CODE, {
       eval: true,
-      ...(resourceLimits ? { resourceLimits } : {}),
       workerData: {
         ...data,
         driver: require.resolve(options.driver),
@@ -406,7 +380,7 @@ class WriterThread {
 
   run(sql: string, parameters: readonly unknown[]): Promise<Answer> {
     if (this.failure) return Promise.reject(this.failure);
-    if (this.closing) return Promise.reject(new Error(`the SQLite ${this.role}'s connection is closed`));
+    if (this.closing) return Promise.reject(new Error(`the SQLite writer's connection is closed`));
     return new Promise((resolve, reject) => {
       this.pending = { resolve, reject };
       // Held while a statement is in flight: a command awaiting its answer must not end first.

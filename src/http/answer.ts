@@ -8,7 +8,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { LRUCache } from 'lru-cache';
 import pLimit from 'p-limit';
 import { type ContentCoding, noneMatchNames, representationTag } from './conditional.js';
-import { SharedStream } from './shared-stream.js';
+import { StreamedAnswer } from './streamed-answer.js';
 
 /**
  * The one read path's answers and the one function that sends them (D11, D19). Every successful read
@@ -32,7 +32,7 @@ const BROTLI_QUALITY = 6;
 export const CACHE_CONTROL = 'private, no-cache';
 /** Every header that decides an answer's bytes (D11): the credential, the account, the encoding. */
 export const VARY = 'x-api-key, authorization, x-account-id, accept-encoding';
-const JSON_TYPE = 'application/json; charset=utf-8';
+export const JSON_TYPE = 'application/json; charset=utf-8';
 
 const brotliOptions = (size: number): zlib.BrotliOptions => ({
   params: {
@@ -99,7 +99,7 @@ export class Answer {
   constructor(
     body: Buffer,
     readonly tag: string = tagOf(body),
-    /** How its compressed forms are made, when not as every kept answer's are (see `SharedStream`). */
+    /** How its compressed forms are made, when not as every kept answer's are (see `StreamedAnswer`). */
     private readonly encode?: (encoding: Encoding, body: Buffer) => Promise<Buffer>,
   ) {
     this.body = owned(body);
@@ -168,8 +168,8 @@ export interface LazyAnswer {
   load(): Promise<Answer>;
 }
 
-/** An answer too large to hold, written as it is read (shared-stream.ts). */
-export type ReadAnswer = Answer | LazyAnswer | SharedStream;
+/** An answer too large to hold, written as it is read (streamed-answer.ts). */
+export type ReadAnswer = Answer | LazyAnswer | StreamedAnswer;
 
 const encodings = new Negotiator<Encoding | 'identity'>({
   supportedValues: ['br', 'gzip', 'identity'],
@@ -210,14 +210,14 @@ export function sendAnswer(
 ): void | Promise<void> {
   if (answer instanceof Promise) {
     return answer.then((made) => {
-      if (!(made instanceof SharedStream)) return sendAnswer(request, reply, made);
+      if (!(made instanceof StreamedAnswer)) return sendAnswer(request, reply, made);
       sendStreamed(request, reply, made);
       // A handler's promise that settles before a stream's first bytes set the headers off would make
       // Fastify answer again, with nothing: it settles once the answer is written.
       return new Promise<void>((resolve) => finished(reply.raw, () => resolve()));
     });
   }
-  if (answer instanceof SharedStream) return sendStreamed(request, reply, answer);
+  if (answer instanceof StreamedAnswer) return sendStreamed(request, reply, answer);
   if (!(answer instanceof Answer)) return sendLazy(request, reply, answer);
   const encoding = answer.body.length >= MIN_COMPRESSED_BYTES ? encodingOf(request) : undefined;
   if (revalidated(request, reply, answer.tag, encoding)) {
@@ -233,16 +233,12 @@ export function sendAnswer(
 
 /**
  * An answer written as it is read: its representation's validator first (a 304 reads nothing more),
- * then the body in the negotiated encoding, chunked, as a pass over storage makes it; none for HEAD.
- * A client that goes away ends its part of the pass (Fastify destroys the stream it was sent).
- *
- * A pass goes no further ahead of its slowest reader than a bound, so a client that stops taking the
- * answer holds up the requests that share its pass: one that takes nothing for as long as a request
- * may take to arrive (D20, Node's `requestTimeout`; never when it is 0) is let go, its connection
- * closed, and the pass goes on for the others. While another pass waits to begin, one that keeps its
- * pass waiting a second is let go too (`CROWDED_WAIT_MS`).
+ * then the body in the negotiated encoding, chunked, from a stream of its own made as the socket takes
+ * it; none for HEAD. A client that goes away ends its stream (Fastify destroys the stream it was sent),
+ * and one that takes nothing for as long as a request may take to arrive (D20, Node's
+ * `requestTimeout`; never when it is 0) has its connection closed: either way storage is read no more.
  */
-function sendStreamed(request: FastifyRequest, reply: FastifyReply, streamed: SharedStream): void {
+function sendStreamed(request: FastifyRequest, reply: FastifyReply, streamed: StreamedAnswer): void {
   const encoding = encodingOf(request);
   if (revalidated(request, reply, streamed.tag, encoding)) {
     reply.code(304).send();

@@ -3,7 +3,7 @@ import { ContentTooLargeError, InputError, type InputProblem } from '../foundati
 import { yieldIfBusy } from '../foundation/pace.js';
 import { holdsAtMost } from '../foundation/value-size.js';
 import { MAX_LISTED_PROBLEMS } from '../schemas/common.js';
-import { compileCheck, type SchemaCheck, type SchemaError } from '../schemas/schema-check.js';
+import { compileCheckNow, type SchemaCheck, type SchemaError } from '../schemas/schema-check.js';
 import { onePerField } from './problem.js';
 
 /** D20: checking stops here; the answer lists the first 20 and says that more may follow. */
@@ -67,11 +67,11 @@ export class SlicedBody<T extends TObject> {
             { ...schema.properties, [listField]: Type.Array(Type.Unknown()) },
             { additionalProperties: schema.additionalProperties },
           );
-    this.headFirst = compileCheck(head, false);
-    this.headEvery = compileCheck(head, true);
+    this.headFirst = compileCheckNow(head, false);
+    this.headEvery = compileCheckNow(head, true);
     if (listField !== undefined) {
       const items = (schema.properties[listField] as TSchema & { items: TSchema }).items;
-      this.item = { first: compileCheck(items, false), every: compileCheck(items, true) };
+      this.item = { first: compileCheckNow(items, false), every: compileCheckNow(items, true) };
     }
     checkedInSlices.add(schema);
   }

@@ -1,8 +1,10 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply } from 'fastify';
-import { LRUCache } from 'lru-cache';
-import { Answer, sendAnswer } from '../http/answer.js';
+import type { PinsReading } from '../catalog/stored-pins.js';
+import { growingCache } from '../foundation/growing-cache.js';
+import { Answer, sendAnswer, tagOf } from '../http/answer.js';
+import { BLOCK_BYTES, blocksOf, StreamedAnswer } from '../http/streamed-answer.js';
 import { notModifiedResponse, problemResponses } from '../schemas/common.js';
 import {
   type SyncCatalogItem,
@@ -14,11 +16,16 @@ import {
   type SyncResourceItem,
   SyncResourceItem as SyncResourceItemSchema,
 } from '../schemas/sync.js';
-import type { FeedItem } from '../sync/feed-items.js';
+import type { FeedItem, PinsRef, PinsSource } from '../sync/feed-items.js';
 import type { SyncAnswer, SyncFeed } from '../sync/sync-feed.js';
 import { principalOf, READ, security } from './playbook.js';
 
 const EMPTY_PINS = '"resourcePins":[]';
+const PINS_NAME = '"resourcePins":';
+/** What a pin takes in a page's text, about: its size decides whether a page is held whole. */
+const PIN_BYTES = 220;
+/** A page larger than this is written as it is read, a stream per request (D30). */
+const STREAMED_FROM_BYTES = 256 * 1024;
 
 /** Serializers of each kind of item, compiled once by Fastify from their schemas. */
 interface ItemSerializers {
@@ -28,38 +35,79 @@ interface ItemSerializers {
 }
 
 /**
- * A page as JSON text, in pieces: each item by the serializer of its own kind. The page's schema is
- * a union of the three, which a serializer resolves by validating each item against each kind (a
- * Catalog with 100,000 pins, several times over); the item's `type` already says which it is. A
- * Catalog's pins are written as the parts of JSON text they are stored as, in place of the empty list
- * its object holds, and the pieces go into the answer's bytes one by one (D30).
+ * A page as JSON text cut where each Catalog's pins go: `pins.length + 1` pieces, each item by the
+ * serializer of its own kind. The page's schema is a union of the three, which a serializer resolves
+ * by validating each item against each kind (a Catalog with 100,000 pins, several times over); the
+ * item's `type` already says which it is.
  */
-function pageText(answer: SyncAnswer, serializers: ItemSerializers): string[] {
-  const pieces = ['{"data":['];
+function pageText(answer: SyncAnswer, serializers: ItemSerializers): { pieces: string[]; pins: PinsRef[] } {
+  const pieces: string[] = [];
+  const pins: PinsRef[] = [];
+  let text = '{"data":[';
   answer.data.forEach((item: FeedItem, index) => {
-    if (index > 0) pieces.push(',');
-    if (item.type === 'resource') pieces.push(serializers.resource(item));
-    else if (item.type === 'removed') pieces.push(serializers.removed(item));
+    if (index > 0) text += ',';
+    if (item.type === 'resource') text += serializers.resource(item);
+    else if (item.type === 'removed') text += serializers.removed(item);
     else {
-      const text = serializers.catalog({ type: item.type, catalog: item.catalog });
-      if (item.pinsParts === undefined) {
-        pieces.push(text);
+      const written = serializers.catalog({ type: item.type, catalog: item.catalog });
+      if (item.pins === undefined) {
+        text += written;
         return;
       }
       // Quotes inside strings are escaped: this is the property, and the only one of that name.
-      const at = text.indexOf(EMPTY_PINS);
+      const at = written.indexOf(EMPTY_PINS);
       if (at === -1) throw new Error('a Catalog serialized without its resourcePins');
-      pieces.push(text.slice(0, at), '"resourcePins":');
-      for (const part of item.pinsParts) pieces.push(part);
-      pieces.push(text.slice(at + EMPTY_PINS.length));
+      pieces.push(text + written.slice(0, at) + PINS_NAME);
+      pins.push(item.pins);
+      text = written.slice(at + EMPTY_PINS.length);
     }
   });
   const position =
     answer.nextPageToken !== undefined
       ? `"nextPageToken":${JSON.stringify(answer.nextPageToken)}`
       : `"nextSyncToken":${JSON.stringify(answer.nextSyncToken)}`;
-  pieces.push(`],${position}}`);
-  return pieces;
+  pieces.push(`${text}],${position}}`);
+  return { pieces, pins };
+}
+
+/** A page's text with each Catalog's stored pins in its place, as they are read. */
+async function* pinnedPage(
+  pieces: readonly string[],
+  pins: readonly PinsRef[],
+  source: PinsSource,
+  reading: PinsReading,
+): AsyncGenerator<string> {
+  for (const [index, ref] of pins.entries()) {
+    yield pieces[index]!;
+    yield* source(ref.versionId, reading);
+  }
+  yield pieces.at(-1)!;
+}
+
+/**
+ * A page's answer: held whole when it is small (its validator the digest of its bytes), written as it
+ * is read for each request when its Catalogs pin many Resources (its validator the digest of its text
+ * with the pins left out, which names each Catalog's current version, whose pins never change, D30).
+ */
+async function pageAnswer(
+  answer: SyncAnswer,
+  serializers: ItemSerializers,
+  source: PinsSource,
+): Promise<Answer | StreamedAnswer> {
+  const { pieces, pins } = pageText(answer, serializers);
+  if (pins.length === 0) return Answer.jsonOf(pieces);
+  let size = 0;
+  for (const piece of pieces) size += piece.length;
+  for (const ref of pins) size += ref.count * PIN_BYTES;
+  if (size > STREAMED_FROM_BYTES) {
+    const tag = tagOf(pieces.join(''));
+    return new StreamedAnswer(tag, size, (blockBytes) =>
+      blocksOf(pinnedPage(pieces, pins, source, blockBytes > BLOCK_BYTES ? 'batches' : 'parts'), blockBytes),
+    );
+  }
+  const blocks: Buffer[] = [];
+  for await (const block of blocksOf(pinnedPage(pieces, pins, source, 'batches'))) blocks.push(block);
+  return new Answer(Buffer.concat(blocks));
 }
 
 function serializersOf(reply: FastifyReply): ItemSerializers {
@@ -81,18 +129,25 @@ const EMPTY_KEPT = 10_000;
  * something does. A held request whose client goes away is let go at once.
  */
 export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
-  const empties = new LRUCache<string, Answer>({ max: EMPTY_KEPT });
+  const empties = growingCache<string, Answer>(EMPTY_KEPT);
   /** Answers made for pages that several requests share (those woken by one change read one page). */
-  const made = new WeakMap<SyncAnswer, Answer>();
+  const made = new WeakMap<SyncAnswer, Promise<Answer | StreamedAnswer>>();
   /** A page's answer, made once per page, and an empty one once per position. */
-  const answerOf = (answer: SyncAnswer, reply: FastifyReply): Answer => {
+  const answerOf = (answer: SyncAnswer, reply: FastifyReply): Answer | Promise<Answer | StreamedAnswer> => {
     const token = answer.nextSyncToken;
-    const kept = answer.data.length > 0 || token === undefined ? made.get(answer) : empties.get(token);
-    if (kept) return kept;
-    const fresh = Answer.jsonOf(pageText(answer, serializersOf(reply)));
-    if (answer.data.length > 0 || token === undefined) made.set(answer, fresh);
-    else empties.set(token, fresh);
-    return fresh;
+    if (answer.data.length === 0 && token !== undefined) {
+      const kept = empties.get(token);
+      if (kept) return kept;
+      const fresh = Answer.jsonOf(pageText(answer, serializersOf(reply)).pieces);
+      empties.set(token, fresh);
+      return fresh;
+    }
+    let making = made.get(answer);
+    if (!making) {
+      making = pageAnswer(answer, serializersOf(reply), feed.pins);
+      made.set(answer, making);
+    }
+    return making;
   };
   return async (app) => {
     app.route({

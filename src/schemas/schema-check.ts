@@ -140,9 +140,26 @@ const everyProblem = compilers({}, { customOptions: { ...JSON_CHECK_OPTIONS, all
 
 /**
  * Compiles `schema` into a check of JSON values: one that stops at the first problem, or one that
- * finds every problem (`every`), for values small enough to describe whole.
+ * finds every problem (`every`), for values small enough to describe whole. The compilation is made
+ * on the first check: modules declare their checks where they load, and a serving instance loads
+ * those of commands it never runs (an import, a pull), which cost it start-up time and memory.
  */
 export function compileCheck<T extends TSchema>(schema: T, every: boolean): SchemaCheck<Static<T>> {
+  let compiled: SchemaCheck<Static<T>> | undefined;
+  const check = ((value: unknown) => {
+    compiled ??= compileCheckNow(schema, every);
+    const valid = compiled(value);
+    check.errors = compiled.errors ?? null;
+    return valid;
+  }) as SchemaCheck<Static<T>>;
+  return check;
+}
+
+/**
+ * `compileCheck` compiled at once: for a check a request must not wait for, whose compilation would
+ * hold the event loop for longer than a request may (a published Catalog's, D20).
+ */
+export function compileCheckNow<T extends TSchema>(schema: T, every: boolean): SchemaCheck<Static<T>> {
   const compiler = every ? everyProblem : firstProblem;
   const check = compiler({ schema, method: 'PUT', url: '(json value)', httpPart: 'body' });
   return check as unknown as SchemaCheck<Static<T>>;

@@ -29,7 +29,7 @@ import {
 import { type CountedSeries, Metrics } from '../observability/metrics.js';
 import { DEFAULT_SYNC_PAGE_SIZE, type SyncQuery } from '../schemas/sync.js';
 import { type ChangeWaits, holderOf, type WaitOutcome } from './change-waits.js';
-import { catalogItem, catalogsPins, type FeedItem } from './feed-items.js';
+import { catalogItem, type FeedItem, type PinsSource, pinsSource } from './feed-items.js';
 import type { InitialCursor, Position, SyncTokens, View } from './sync-tokens.js';
 
 /** One page of the feed, and exactly one of the two positions to go on from. */
@@ -85,11 +85,15 @@ export class SyncFeed {
   private readonly pages: Record<PageKind, CountedSeries<'kind'>>;
   private readonly metrics: Metrics;
 
+  /** Where the pages' Catalogs' pins are read as a page is written (their items name them). */
+  readonly pins: PinsSource;
+
   constructor(
     private readonly db: Db,
     private readonly tokens: SyncTokens,
     private readonly options: SyncFeedOptions,
   ) {
+    this.pins = pinsSource(db);
     this.retentionMs = options.retentionS * 1000;
     this.now = options.now ?? Date.now;
     const metrics = options.metrics ?? new Metrics();
@@ -346,10 +350,9 @@ export class SyncFeed {
           )
         ).map((row) => [row.catalog.id, row]),
       );
-      const pinsTexts = await catalogsPins(this.db, rows.values());
       for (const head of chosen) {
         const row = rows.get(head.id);
-        if (row) items.push(catalogItem(row, pinsTexts));
+        if (row) items.push(catalogItem(row));
       }
       const last = chosen.at(-1);
       if (last && chosen.length < heads.length) return more({ phase: 'catalogs', after: placeOf(last) });
@@ -455,7 +458,6 @@ export class SyncFeed {
         .filter((row) => row.catalog.account_id === null)
         .map((row) => row.catalog.id);
       const updated = await catalogsRestatedIn(this.db, serviceCatalogs, stretch);
-      const pinsTexts = await catalogsPins(this.db, catalogs.values());
 
       for (const entity of batch) {
         after = entity.seq;
@@ -465,7 +467,7 @@ export class SyncFeed {
             items.push({ type: 'removed', entity: 'catalog', id: entity.id });
             continue;
           }
-          items.push(catalogItem(row, pinsTexts));
+          items.push(catalogItem(row));
           if (entity.namespace === SERVICE_NAMESPACE && updated.has(entity.id)) {
             // Its Resources may have come into view with it: sent next, before the rest of the batch.
             expansion = { catalogId: entity.id, afterSlug: '' };

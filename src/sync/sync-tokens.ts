@@ -1,8 +1,8 @@
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync } from 'node:crypto';
-import { LRUCache } from 'lru-cache';
 import type { CatalogPlace } from '../catalog/sync-reads.js';
 import type { DeploymentKeys, DeploymentKeyVersion } from '../foundation/deployment-key.js';
 import { SyncTokenError } from '../foundation/errors.js';
+import { growingCache } from '../foundation/growing-cache.js';
 
 /**
  * Positions in the sync feed (D27) as callers hold them: sealed, so that none can be forged, read or
@@ -66,7 +66,7 @@ const OPENED_KEPT = 10_000;
 
 export class SyncTokens {
   private readonly sealings = new Map<string, Sealing>();
-  private readonly opened = new LRUCache<string, Position>({ max: OPENED_KEPT });
+  private readonly opened = growingCache<string, Position>(OPENED_KEPT);
 
   constructor(private readonly keys: DeploymentKeys) {}
 

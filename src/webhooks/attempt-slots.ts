@@ -1,4 +1,4 @@
-import { LRUCache } from 'lru-cache';
+import { growingCache } from '../foundation/growing-cache.js';
 
 /**
  * An instance's attempts in flight (D28): the slots they hold, by endpoint and by account, what a
@@ -22,9 +22,9 @@ export class AttemptSlots {
   /** When each request in flight to an endpoint started. */
   private readonly byEndpoint = new Map<string, number[]>();
   private readonly byAccount = new Map<string, number>();
-  private readonly quick = new LRUCache<string, true>({ max: QUICK_ENDPOINTS_KEPT });
+  private readonly quick = growingCache<string, true>(QUICK_ENDPOINTS_KEPT);
   /** When each account was last given a slot, as a rising count. */
-  private readonly served = new LRUCache<string, number>({ max: ACCOUNTS_KEPT });
+  private readonly served = growingCache<string, number>(ACCOUNTS_KEPT);
   private serving = 0;
 
   constructor(

@@ -1,8 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { type Insertable, sql } from 'kysely';
-import { LRUCache } from 'lru-cache';
 import { chunk, MAX_IN_LIST } from '../db/batches.js';
 import type { Db, WebhookDeliveryRow, WebhookDeliveryTable } from '../db/tables.js';
+import { growingCache } from '../foundation/growing-cache.js';
 import type { Metrics } from '../observability/metrics.js';
 import { deliveriesBy, isPostgres, newUuid, PENDING } from './delivery-rows.js';
 
@@ -44,7 +44,7 @@ export function reportExceeded(
   metrics: Metrics,
   now: () => number = Date.now,
 ): (endpointId: string, failed: number) => void {
-  const said = new LRUCache<string, number>({ max: 10_000 });
+  const said = growingCache<string, number>(10_000);
   return (endpointId, failed) => {
     metrics.webhookDeliveries.inc({ outcome: 'failed' }, failed);
     const at = now();

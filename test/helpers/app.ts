@@ -79,7 +79,7 @@ export async function buildTestApp(
 ): Promise<FastifyInstance> {
   const identity = callers instanceof PrincipalRegistry ? callers.bind(backend) : undefined;
   const reads = await readSide(backend.databases.reader, backend.content, {
-    lookups: backend.databases.lookups,
+    ...(backend.databases.readNow ? { readNow: backend.databases.readNow } : {}),
   });
   const app = await buildApp({
     reads: reads.answers,

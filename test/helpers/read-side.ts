@@ -4,6 +4,7 @@ import { ReadAnswers } from '../../src/answers/read-answers.js';
 import { PlaybookService } from '../../src/catalog/playbook-service.js';
 import { ChangeFollower } from '../../src/changes/change-follower.js';
 import type { ContentReader } from '../../src/content/content-reader.js';
+import type { ReadNow } from '../../src/db/create-db.js';
 import type { Db } from '../../src/db/tables.js';
 import type { Metrics } from '../../src/observability/metrics.js';
 
@@ -30,8 +31,8 @@ export async function readSide(
   options: {
     answerCacheBytes?: number;
     metrics?: Metrics;
-    /** Where stored details are searched (`Databases.lookups`); `db` unless given. */
-    lookups?: Db;
+    /** Where stored details may be searched at once (`Databases.readNow`): nowhere unless given. */
+    readNow?: ReadNow;
   } = {},
 ): Promise<ReadSide> {
   const cache = new AnswerCache(options.answerCacheBytes ?? 64 * 1024 * 1024, options.metrics);
@@ -39,7 +40,7 @@ export async function readSide(
   follower.onChange((followed) => cache.follow(followed));
   await follower.start();
   following.add(follower);
-  const playbook = new PlaybookService(db, content, options.lookups ?? db);
+  const playbook = new PlaybookService(db, content, options.readNow);
   return {
     playbook,
     answers: new ReadAnswers(playbook, cache),

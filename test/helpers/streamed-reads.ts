@@ -259,7 +259,8 @@ export function askThenStopReading(
 ): { readRest(): Promise<number>; stop(): void } {
   const socket = net.connect(port, '127.0.0.1');
   const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`);
-  socket.write(`GET ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\n${lines.join('')}\r\n`);
+  // Closed by the server once answered, cut short or not: `readRest` never waits on keep-alive.
+  socket.write(`GET ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n${lines.join('')}\r\n`);
   let received = 0;
   socket.on('data', (chunk: Buffer) => {
     received += chunk.length;

@@ -624,11 +624,46 @@ describe('read caches', () => {
       await answer.encoded('gzip');
       expect(cache.stats.bytes).toBeGreaterThan(before);
       expect(cache.stats.bytes - before).toBe(answer.bytes - answer.body.length);
-      cache.set(key('b'), Answer.json(JSON.stringify({ text: 'z'.repeat(1800 * 1024) })), cache.ticket(), [
-        'svc',
-      ]);
+      // Asked for twice: a full budget keeps an answer whose key it has seen before (the admission).
+      for (let i = 0; i < 2; i++) {
+        cache.set(key('b'), Answer.json(JSON.stringify({ text: 'z'.repeat(1800 * 1024) })), cache.ticket(), [
+          'svc',
+        ]);
+      }
       expect(cache.get(key('a'))).toBeUndefined();
+      expect(cache.get(key('b'))).toBeDefined();
       expect(cache.stats.bytes).toBeLessThanOrEqual(2 * 1024 * 1024);
+    });
+
+    it('once full, keeps a new answer only the second time its key is asked for (D30)', () => {
+      const cache = new AnswerCache(64 * 1024);
+      const answerOf = (i: number) => Answer.json(JSON.stringify({ i, text: 'x'.repeat(1000) }));
+      // While there is room, every answer is kept at once.
+      for (let i = 0; i < 10; i++) cache.set(key(`hot-${i}`), answerOf(i), cache.ticket(), ['svc']);
+      expect(cache.stats.entries).toBe(10);
+      expect(cache.stats.refused).toBe(0);
+      // Fill the budget with answers read once each.
+      for (let i = 0; cache.stats.refused === 0 && i < 1000; i++) {
+        cache.get(key(`hot-${i % 10}`));
+        cache.set(key(`once-${i}`), answerOf(i), cache.ticket(), ['svc']);
+      }
+      expect(cache.stats.refused).toBe(1);
+      // A stream of reads that never come again is refused, and evicts none of those read again.
+      const refusedBefore = cache.stats.refused;
+      for (let n = 0; n < 500; n++) {
+        for (let h = 0; h < 10; h++) expect(cache.get(key(`hot-${h}`)), `hot-${h}`).toBeDefined();
+        cache.set(key(`stream-${n}`), answerOf(n), cache.ticket(), ['svc']);
+        expect(cache.get(key(`stream-${n}`))).toBeUndefined();
+      }
+      expect(cache.stats.refused).toBe(refusedBefore + 500);
+      // Asked for again, an answer is kept, and the least recently used goes.
+      cache.set(key('stream-7'), answerOf(7), cache.ticket(), ['svc']);
+      expect(cache.get(key('stream-7'))).toBeDefined();
+      for (let h = 0; h < 10; h++) expect(cache.get(key(`hot-${h}`)), `hot-${h}`).toBeDefined();
+      // An answer it holds is replaced at once, never refused.
+      cache.set(key('hot-3'), answerOf(33), cache.ticket(), ['svc']);
+      expect(cache.get(key('hot-3'))).toBeDefined();
+      expect(cache.stats.refused).toBe(refusedBefore + 500);
     });
 
     it('never keeps an answer made from reads begun before the data changed', async () => {

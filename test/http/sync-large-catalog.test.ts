@@ -1,5 +1,7 @@
+import zlib from 'node:zlib';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tagOf } from '../../src/http/answer.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
@@ -54,5 +56,28 @@ describe('an initial sync of a Catalog of many pins (D27, D30)', () => {
     const mirror = new Mirror();
     mirror.apply(synced.items);
     expect(mirror.catalogs).toEqual((await listed(app, acme)).catalogs);
+  });
+
+  it('writes a page of many pins as it is read: one validator known before its bytes, every encoding the same text', async () => {
+    const identity = await syncRequest(app, acme, {});
+    const etag = identity.headers.etag as string;
+    expect(etag).toMatch(/^"[\w-]+"$/);
+    // Streamed, it is chunked, and its validator is not its bytes' digest (known before them).
+    expect(identity.headers['content-length']).toBeUndefined();
+    expect(etag).not.toBe(`"${tagOf(identity.rawPayload)}"`);
+    for (const encoding of ['br', 'gzip'] as const) {
+      const compressed = await syncRequest(app, { ...acme, 'accept-encoding': encoding }, {});
+      expect(compressed.headers['content-encoding']).toBe(encoding);
+      expect(compressed.headers.etag).toBe(`${etag.slice(0, -1)}-${encoding}"`);
+      const decoded =
+        encoding === 'br'
+          ? zlib.brotliDecompressSync(compressed.rawPayload)
+          : zlib.gunzipSync(compressed.rawPayload);
+      expect(decoded.equals(identity.rawPayload)).toBe(true);
+      const again = await syncRequest(app, { ...acme, 'accept-encoding': encoding }, {});
+      expect(again.rawPayload.equals(compressed.rawPayload)).toBe(true);
+    }
+    const revalidated = await syncRequest(app, { ...acme, 'if-none-match': etag }, {});
+    expect(revalidated.statusCode).toBe(304);
   });
 });

@@ -301,206 +301,34 @@ module.exports = function (file) {
   });
 });
 
-/**
- * D30 on the embedded default: the read model's searches go to connections on threads of their own
- * (`Databases.lookups`), lent one caller at a time, so that reads of the disk hold neither the event
- * loop nor each other.
- */
-describe('SQLite: several connections on threads of their own (the lookups, D30)', () => {
+/** D30 on the embedded default: the read model's searches of one row are made at once on the reader. */
+describe('SQLite: searches of one row without a promise (readNow, D30)', () => {
   let dir: string;
   const closing: (() => Promise<void>)[] = [];
 
   beforeEach(() => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-lookups-'));
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'playbook-read-now-'));
   });
   afterEach(async () => {
     for (const close of closing.splice(0)) await close();
     fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  function threads(count: number): Kysely<Tables> {
-    const db = new Kysely<Tables>({
-      dialect: new SqliteWriterDialect({
-        file: path.join(dir, 'db.sqlite'),
-        driver: sqliteDriverName(),
-        pragmas: ['journal_mode = WAL', 'busy_timeout = 5000'],
-        checkpoints: false,
-        statements: 100,
-        threads: count,
-        role: 'lookups',
-        onWarning: () => {},
-        onFailure: () => {},
-      }),
-    });
-    closing.push(() => db.destroy());
-    return db;
-  }
-
-  /** A promise and its resolve. */
-  function signal(): { promise: Promise<void>; resolve: () => void } {
-    let resolve = () => {};
-    const promise = new Promise<void>((done) => {
-      resolve = done;
-    });
-    return { promise, resolve };
-  }
-
-  it('lends each connection to one caller at a time: as many at once as there are threads, the next when one is given back', async () => {
-    const db = threads(2);
-    const events: string[] = [];
-    const firstIn = signal();
-    const secondIn = signal();
-    const letGo = signal();
-    const hold = (name: string, entered: () => void, until: Promise<void>) =>
-      db.transaction().execute(async (trx) => {
-        events.push(`${name} in`);
-        await sql`select 1`.execute(trx);
-        entered();
-        await until;
-        events.push(`${name} out`);
-      });
-    // Each of the first two waits for the other to have begun (with one connection they would wait
-    // forever), then for the test to let them go.
-    const first = hold(
-      'first',
-      firstIn.resolve,
-      Promise.all([secondIn.promise, letGo.promise]).then(() => {}),
-    );
-    const second = hold(
-      'second',
-      secondIn.resolve,
-      Promise.all([firstIn.promise, letGo.promise]).then(() => {}),
-    );
-    await Promise.all([firstIn.promise, secondIn.promise]);
-    // A third caller waits for a connection given back: while both are held, it has none.
-    const third = hold('third', () => {}, Promise.resolve());
-    try {
-      await sleep(50);
-      expect(events).toEqual(expect.arrayContaining(['first in', 'second in']));
-      expect(events).not.toContain('third in');
-    } finally {
-      letGo.resolve();
-    }
-    await Promise.all([first, second, third]);
-    expect(events).toHaveLength(6);
-    expect(events.indexOf('third in')).toBeGreaterThan(
-      Math.min(events.indexOf('first out'), events.indexOf('second out')),
-    );
-  });
-
-  it('answers many concurrent statements, each with its own answer', async () => {
-    const db = threads(3);
-    const answers = await Promise.all(
-      Array.from({ length: 100 }, (_, i) =>
-        sql<{ n: number }>`select ${i} as n`.execute(db).then((result) => result.rows[0]?.n),
-      ),
-    );
-    expect(answers).toEqual(Array.from({ length: 100 }, (_, i) => i));
-  });
-
-  it('destroy waits for every connection lent out before it closes them', async () => {
-    const db = threads(2);
-    const finished: number[] = [];
-    const inside = [signal(), signal()];
-    const running = [30, 80].map((ms, i) =>
-      db.transaction().execute(async (trx) => {
-        await sql`select 1`.execute(trx);
-        inside[i]!.resolve();
-        await sleep(ms);
-        await sql`select 1`.execute(trx);
-        finished.push(ms);
-      }),
-    );
-    await Promise.all(inside.map((each) => each.promise));
-    await db.destroy();
-    expect(finished.sort()).toEqual([30, 80]);
-    await Promise.all(running);
-  });
-
-  it('a search of hundreds of milliseconds holds the event loop for no more than 50 ms', async () => {
+  it("createDatabases: a file's reader searches one row at once (readNow), seeing each commit of the writer; an in-memory database has none", async () => {
     const databases = createDatabases({ kind: 'sqlite', path: path.join(dir, 'playbook.sqlite') });
     closing.push(() => databases.close());
-    // Warm: the threads are started before the measure.
-    await sql`select 1`.execute(databases.lookups);
-    const gaps = await longestGaps(async () => {
-      const { value, tookMs, longestGapMs } = await whileTicking(() =>
-        sql<{ n: number }>`with recursive n(i) as (select 1 union all select i + 1 from n where i < 2000000)
-          select count(*) as n from n`.execute(databases.lookups),
-      );
-      expect(value.rows).toEqual([{ n: 2_000_000 }]);
-      // Long enough to have held the loop, had it run on the loop's thread.
-      expect(tookMs).toBeGreaterThan(100);
-      return longestGapMs;
-    });
-    expect(Math.min(...gaps), `longest gaps ${gaps.map((gap) => gap.toFixed(0)).join(', ')} ms`).toBeLessThan(
-      50,
-    );
-  });
-
-  it('a connection that cannot be opened fails the first statement with the reason, and the others opened are closed', async () => {
-    // better-sqlite3 that refuses the second connection opened, and marks each one closed.
-    const marks = path.join(dir, 'marks');
-    fs.mkdirSync(marks);
-    const refusing = path.join(dir, 'refusing-sqlite.cjs');
-    const driver = createRequire(import.meta.url).resolve(sqliteDriverName());
-    fs.writeFileSync(
-      refusing,
-      `const fs = require('node:fs');
-const path = require('node:path');
-const Database = require(${JSON.stringify(driver)});
-module.exports = function (file) {
-  let n = 0;
-  while (true) {
-    try { fs.writeFileSync(path.join(${JSON.stringify(marks)}, 'opened-' + n), '', { flag: 'wx' }); break; } catch { n++; }
-  }
-  if (n === 1) throw new Error('the second connection is refused');
-  const db = new Database(file);
-  const close = db.close.bind(db);
-  db.close = () => { fs.writeFileSync(path.join(${JSON.stringify(marks)}, 'closed-' + n), ''); return close(); };
-  return db;
-};`,
-    );
-    const db = new Kysely<Tables>({
-      dialect: new SqliteWriterDialect({
-        file: path.join(dir, 'db.sqlite'),
-        driver: refusing,
-        pragmas: ['journal_mode = WAL'],
-        checkpoints: false,
-        statements: 10,
-        threads: 3,
-        role: 'lookups',
-        onWarning: () => {},
-        onFailure: () => {},
-      }),
-    });
-    await expect(sql`select 1`.execute(db)).rejects.toThrow(/the second connection is refused/);
-    expect(fs.readdirSync(marks).sort()).toEqual([
-      'closed-0',
-      'closed-2',
-      'opened-0',
-      'opened-1',
-      'opened-2',
-    ]);
-    await db.destroy();
-  });
-
-  it("createDatabases: a file's lookups are connections of their own, which see each commit of the writer; an in-memory database's are its one connection", async () => {
-    const databases = createDatabases({ kind: 'sqlite', path: path.join(dir, 'playbook.sqlite') });
-    closing.push(() => databases.close());
-    expect(databases.lookups).not.toBe(databases.reader);
-    expect(databases.lookups).not.toBe(databases.primary);
     await sql`create table notes (id integer primary key, text text)`.execute(databases.primary);
     await sql`insert into notes (text) values ('written')`.execute(databases.primary);
-    const { rows } = await sql<{ text: string }>`select text from notes`.execute(databases.lookups);
-    expect(rows).toEqual([{ text: 'written' }]);
-    // Lookups are reads: the thread's connection is the database's like any other, and sees the next commit too.
+    const search = sql<{ text: string }>`select text from notes where id = ${1}`.compile(databases.reader);
+    const readNow = databases.readNow!;
+    expect(readNow(search)).toEqual({ text: 'written' });
     await sql`update notes set text = 'changed'`.execute(databases.primary);
-    const again = await sql<{ text: string }>`select text from notes`.execute(databases.lookups);
-    expect(again.rows).toEqual([{ text: 'changed' }]);
+    expect(readNow(search)).toEqual({ text: 'changed' });
+    expect(readNow({ ...search, parameters: [2] })).toBeUndefined();
 
     const memory = createDatabases({ kind: 'sqlite', path: ':memory:' });
     closing.push(() => memory.close());
-    expect(memory.lookups).toBe(memory.primary);
+    expect(memory.readNow).toBeUndefined();
   });
 });
 

@@ -6,8 +6,8 @@ import {
   blocksOf,
   compressLikeStream,
   RUN_BYTES,
-  SharedStream,
-} from '../../src/http/shared-stream.js';
+  StreamedAnswer,
+} from '../../src/http/streamed-answer.js';
 
 async function* each(parts: readonly string[]): AsyncGenerator<string> {
   yield* parts;
@@ -104,7 +104,7 @@ describe('the blocks of a streamed answer (D30)', () => {
     expect(body.length).toBeGreaterThan(2 * RUN_BYTES + 1);
     for (const encoding of ['br', 'gzip'] as const) {
       const held = await compressLikeStream(encoding, body);
-      const answer = new SharedStream('"tag"', 0, (blockBytes) =>
+      const answer = new StreamedAnswer('"tag"', 0, (blockBytes) =>
         blocksOf(each(cutAt(text, [1, 70_000, 300_001])), blockBytes),
       );
       const parts: Buffer[] = [];
