@@ -32,6 +32,7 @@ const KEY_COLUMNS = everyColumnOf<ApiKeyRow>()([
   'revoked_at',
   'last_used_at',
   'replaced_by',
+  'restrictions',
 ]);
 
 /**
@@ -87,6 +88,13 @@ export async function countActiveApiKeys(db: Db, accountId: string, now: string)
     .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
     .executeTakeFirstOrThrow();
   return Number(row.count);
+}
+
+/** What a change of a key (D32) may set: its name, its expiry and its restrictions. */
+export type ApiKeyChanges = Partial<Pick<ApiKeyRow, 'name' | 'expires_at' | 'restrictions'>>;
+
+export async function updateApiKey(db: Db, keyId: string, changes: ApiKeyChanges): Promise<void> {
+  await db.updateTable('api_keys').set(changes).where('id', '=', keyId).execute();
 }
 
 /** Marks a key revoked; returns false when it already was (or does not exist). */

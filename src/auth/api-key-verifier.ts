@@ -7,12 +7,14 @@ import type { Environment } from '../schemas/api-key-format.js';
 import { apiKeyParts, parseApiKey } from '../schemas/api-key-format.js';
 import type { Scope } from '../schemas/identity.js';
 import type { ApiKeyWithPlan } from './api-key-repository.js';
+import { compileRestrictions, type Restrictions, readRestrictions } from './key-restrictions.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 
 /**
  * What the key bus carries (`revocations`): a key id alone is a revocation, final; `changed:<keyId>` is
- * a key whose row changed otherwise (a roll moved its expiry), to be read again.
+ * a key whose row changed otherwise (a roll moved its expiry, a change set its restrictions), to be
+ * read again.
  */
 export const KEY_CHANGED_PREFIX = 'changed:';
 
@@ -27,6 +29,8 @@ export interface VerifiedApiKey {
   readonly accountId: string;
   readonly plan: string;
   readonly scopes: ReadonlySet<Scope>;
+  /** D32: compiled once per read of the key, shared by every request that presents it. */
+  readonly restrictions: Restrictions | null;
 }
 
 interface CachedKey {
@@ -34,6 +38,7 @@ interface CachedKey {
   readonly accountId: string;
   readonly plan: string;
   readonly scopes: ReadonlySet<Scope>;
+  readonly restrictions: Restrictions | null;
   readonly environment: string;
   readonly digest: Buffer;
   readonly expiresAtMs: number | null;
@@ -193,13 +198,20 @@ export class ApiKeyVerifier {
 
   private grant(entry: CachedKey, now: number): VerifiedApiKey {
     this.options.usage.record(entry.keyId, now);
-    return { keyId: entry.keyId, accountId: entry.accountId, plan: entry.plan, scopes: entry.scopes };
+    return {
+      keyId: entry.keyId,
+      accountId: entry.accountId,
+      plan: entry.plan,
+      scopes: entry.scopes,
+      restrictions: entry.restrictions,
+    };
   }
 
   /**
-   * What the change log says changed (D26): a key revoked is refused from memory, a key rolled (its
-   * expiry moved) or a key of an account whose plan changed is read from storage again at its next use, however the change reached the log (another instance,
-   * a command on another process) and whether or not Redis announced it.
+   * What the change log says changed (D26): a key revoked is refused from memory; a key rolled (its
+   * expiry moved) or changed (D32), or a key of an account whose plan changed, is read from storage
+   * again at its next use, however the change reached the log (another instance, a command on another
+   * process) and whether or not Redis announced it.
    */
   follow(followed: FollowedChanges): void {
     if (followed.startAfresh) {
@@ -210,8 +222,9 @@ export class ApiKeyVerifier {
     for (const change of followed.changes) {
       if (change.type === 'api_key.revoked' || change.type === 'api_key.leak_revoked') {
         this.revoked(change.target.id);
-      } else if (change.type === 'api_key.rolled') {
-        // The rolled key now expires at the end of its overlap: read again.
+      } else if (change.type === 'api_key.rolled' || change.type === 'api_key.updated') {
+        // The rolled key now expires at the end of its overlap; a changed key has a new name, expiry
+        // or restrictions (D32): read again.
         this.changed(change.target.id);
       } else if (change.type === 'account.plan_changed') {
         this.revocationEpoch++;
@@ -299,6 +312,7 @@ export class ApiKeyVerifier {
       accountId: row.account_id,
       plan: row.plan,
       scopes: new Set(JSON.parse(row.scopes) as Scope[]),
+      restrictions: compileRestrictions(readRestrictions(row.restrictions)),
       environment: row.environment,
       digest: Buffer.from(row.secret_hash, 'hex'),
       expiresAtMs: row.expires_at === null ? null : Date.parse(row.expires_at),

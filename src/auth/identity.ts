@@ -106,6 +106,7 @@ export function createIdentity(
   const keys = new ApiKeyService(db, {
     environment: config.environment,
     maxKeysPerAccount: config.maxKeysPerAccount,
+    deploymentRate: config.rateLimit,
     hasher,
     revocations,
     usage,

@@ -23,6 +23,7 @@ export type WriteName =
   | 'key-create'
   | 'key-roll'
   | 'key-revoke'
+  | 'key-update'
   | 'account-set'
   | 'webhook-endpoint'
   /** Rows of the read model of details (D30), written by the service itself. */

@@ -12,6 +12,7 @@ import * as syncFeed from './migrations/0011-sync-feed.js';
 import * as catalogVersionPins from './migrations/0012-catalog-version-pins.js';
 import * as storedDetails from './migrations/0013-stored-details.js';
 import * as webhookFairShare from './migrations/0014-webhook-fair-share.js';
+import * as keyRestrictions from './migrations/0015-key-restrictions.js';
 import type { Dialect } from './tables.js';
 
 /** A migration of ours: written against no table types, told which dialect it runs on. */
@@ -34,6 +35,7 @@ const migrations: Record<string, DialectMigration> = {
   '0012-catalog-version-pins': catalogVersionPins,
   '0013-stored-details': storedDetails,
   '0014-webhook-fair-share': webhookFairShare,
+  '0015-key-restrictions': keyRestrictions,
 };
 
 /** Brings the schema of the primary database up to date; throws with the failing migration's name. */

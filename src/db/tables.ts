@@ -121,6 +121,8 @@ export interface ApiKeyTable {
   last_used_at: string | null;
   /** The key a roll minted to replace this one (D29: a key is rolled once). */
   replaced_by: string | null;
+  /** D32: the canonical JSON text of the key's restrictions; null for none. */
+  restrictions: string | null;
 }
 
 /**

@@ -241,6 +241,7 @@ describe('playbook token and playbook keys (D14)', () => {
         environment: 'test',
         createdAt: expect.any(String),
         expiresAt: '2030-01-31T18:00:00.000Z',
+        restrictions: null,
         key: expect.stringMatching(/^svc_sk_test_/),
       });
       expect(Date.parse(created.createdAt)).toBeGreaterThanOrEqual(before - 1);

@@ -174,6 +174,7 @@ describe('keys and plans through an outage (D31)', () => {
       revoked_at: null,
       last_used_at: null,
       replaced_by: null,
+      restrictions: null,
       plan: 'pro',
     } as unknown as ApiKeyWithPlan;
     const storage = {

@@ -23,6 +23,7 @@ const principal: Principal = {
   plan: 'free',
   scopes: new Set(['playbook:read']),
   credential: { kind: 'api-key', keyId: 'k1' },
+  restrictions: null,
 };
 
 /** Waits that answer as the test scripts them, one outcome (or refusal) per call. */

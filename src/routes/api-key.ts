@@ -1,0 +1,69 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { ApiKeyService } from '../auth/api-key-service.js';
+import { Answer, routeSerializer, sendAnswer } from '../http/answer.js';
+import { streamedJsonBodyParser } from '../http/json-body.js';
+import { notModifiedResponse, problemResponses } from '../schemas/common.js';
+import { ApiKey, ApiKeyParams, UpdateApiKeyBody } from '../schemas/identity.js';
+import { KEY_MANAGEMENT, managerOf, security } from './key-management.js';
+
+/** RFC 7396's media type of a JSON Merge Patch, taken beside `application/json`. */
+const MERGE_PATCH = 'application/merge-patch+json';
+
+/** One key of D32: read it, and change its name, expiry and restrictions. */
+export function apiKeyRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
+  return async (app) => {
+    app.addContentTypeParser(MERGE_PATCH, streamedJsonBodyParser);
+
+    app.route({
+      method: ['GET', 'HEAD'],
+      url: '/v3/identity/api-keys/:keyId',
+      config: KEY_MANAGEMENT,
+      schema: {
+        operationId: 'getApiKey',
+        summary: 'Read one API key, without its secret',
+        description:
+          'The key as the list shows it, restrictions included. A key of an account the user may not act for is 404, like one that does not exist.',
+        tags: ['identity'],
+        security,
+        params: ApiKeyParams,
+        response: {
+          200: { ...ApiKey, description: 'The key' },
+          ...notModifiedResponse,
+          ...problemResponses(400, 401, 404, 429, 500, 503),
+        },
+      },
+      handler: async (request, reply) => {
+        const key = await keys.getFor(managerOf(request), request.params.keyId);
+        // Never kept, like the list: a changed lastUsedAt shows at once.
+        return sendAnswer(request, reply, Answer.json(routeSerializer<ApiKey>(reply)(key)));
+      },
+    });
+
+    app.patch(
+      '/v3/identity/api-keys/:keyId',
+      {
+        config: KEY_MANAGEMENT,
+        schema: {
+          operationId: 'updateApiKey',
+          summary: "Change an API key's name, expiry or restrictions",
+          description:
+            'A JSON Merge Patch (RFC 7396, sent as application/merge-patch+json or application/json): a field left out is unchanged, null lifts it ("restrictions": null lifts every restriction, "expiresAt": null the expiry). Every instance applies a change within a second. A revoked or expired key is 409 key_inactive, a rolled one 409 key_already_rolled; a key of an account the user may not act for is 404. Nothing is written on a refusal.',
+          tags: ['identity'],
+          security,
+          consumes: [MERGE_PATCH, 'application/json'],
+          params: ApiKeyParams,
+          body: UpdateApiKeyBody,
+          response: {
+            200: { ...ApiKey, description: 'The key as it is now' },
+            ...problemResponses(400, 401, 404, 409, 415, 429, 500, 503),
+          },
+        },
+      },
+      async (request, reply) => {
+        const key = await keys.updateFor(managerOf(request), request.params.keyId, request.body);
+        reply.header('cache-control', 'no-store');
+        return key;
+      },
+    );
+  };
+}
