@@ -8,6 +8,8 @@ import type {
   VersionRead,
 } from '../catalog/playbook-service.js';
 import type { PinsReading } from '../catalog/stored-pins.js';
+import { catalogRefAdmitted } from '../catalog/visibility.js';
+import { NotFoundError } from '../foundation/errors.js';
 import { pageOf } from '../foundation/paging.js';
 import { Answer, type LazyAnswer, type ReadAnswer, tagOf } from '../http/answer.js';
 import { BLOCK_BYTES, blocksOf, compressLikeStream, SharedStream } from '../http/shared-stream.js';
@@ -68,6 +70,11 @@ async function* pinnedText(
     yield* pinsOf(versionId);
   }
   yield pieces.at(-1)!;
+}
+
+/** The 404 of a Catalog named by its human ref that the caller does not see (D5, D32). */
+function catalogNotFound(params: CatalogParams): Promise<never> {
+  return Promise.reject(new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`));
 }
 
 /** The route's own response serializer for one shape (Fastify compiles it from the route's schema). */
@@ -156,8 +163,9 @@ export class ReadAnswers {
     query: ListResourcesQuery,
     serialize: Serialize<PageOf<ResourceListItem>>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    if (!catalogRefAdmitted(principal, params.owner, params.catalogSlug)) return catalogNotFound(params);
     const { page, pageSize } = pageOf(query);
-    const audience = this.reads.catalogAudience(principal, params);
+    const audience = this.reads.resourcesAudience(principal, params);
     const key = answerKey('resources', audience, params.catalogSlug, setKey(query.kind), page, pageSize);
     return (
       this.answers.get(key) ??
@@ -179,6 +187,7 @@ export class ReadAnswers {
     params: CatalogParams,
     serialize: Serialize<Catalog>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    if (!catalogRefAdmitted(principal, params.owner, params.catalogSlug)) return catalogNotFound(params);
     const key = answerKey('catalog', this.reads.catalogAudience(principal, params), params.catalogSlug);
     return (
       this.answers.get(key) ??
@@ -201,6 +210,10 @@ export class ReadAnswers {
     params: ResourceRefParams,
     serialize: Serialize<ResourceDetail>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    const { owner, catalogSlug, resourceSlug } = params;
+    if (!catalogRefAdmitted(principal, owner, catalogSlug)) {
+      return Promise.reject(new NotFoundError(`resource ${owner}/${catalogSlug}/${resourceSlug} not found`));
+    }
     const key = answerKey(
       'resourceByRef',
       this.reads.resourceRefAudience(principal, params),
@@ -217,6 +230,8 @@ export class ReadAnswers {
     resourceId: string,
     serialize: Serialize<ResourceDetail>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    const admitted = principal.restrictions?.catalogs ? this.admitted(principal, resourceId) : true;
+    if (admitted !== true) return admitted.then(() => this.getResource(principal, resourceId, serialize));
     const key = (audience: Audience | null) => answerKey('resource', audience, resourceId);
     return (
       this.heldFor(principal, key) ??
@@ -245,6 +260,10 @@ export class ReadAnswers {
     query: ListVersionsQuery,
     serialize: Serialize<PageOf<ResourceVersionSummary>>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    const admitted = principal.restrictions?.catalogs ? this.admitted(principal, resourceId) : true;
+    if (admitted !== true) {
+      return admitted.then(() => this.listVersions(principal, resourceId, query, serialize));
+    }
     const { page, pageSize } = pageOf(query);
     const key = (audience: Audience | null) => answerKey('versions', audience, resourceId, page, pageSize);
     return (
@@ -269,6 +288,10 @@ export class ReadAnswers {
     versionId: string,
     serialize: Serialize<ResourceVersionDetail>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    const admitted = principal.restrictions?.catalogs ? this.admitted(principal, resourceId) : true;
+    if (admitted !== true) {
+      return admitted.then(() => this.getVersion(principal, resourceId, versionId, serialize));
+    }
     const key = (audience: Audience | null) => answerKey('version', audience, resourceId, versionId);
     return (
       this.heldFor(principal, key) ??
@@ -281,6 +304,19 @@ export class ReadAnswers {
         return this.keep(key(seen.audience), lazy, ticket, seen.namespaces);
       })
     );
+  }
+
+  /**
+   * D32: `true` when `principal`'s key admits the Catalog of the Resource `resourceId` as far as memory
+   * tells; else a promise that settles once storage has told, rejected with the 404 of a Resource that
+   * does not exist when it does not admit it. A Resource's answers are shared by everyone who may see
+   * it, so they are looked up only once the Catalog is admitted.
+   */
+  private admitted(principal: Principal, resourceId: string): true | Promise<void> {
+    const admits = this.reads.admitsResource(principal, resourceId);
+    if (admits === true) return true;
+    const refuse = () => Promise.reject(new NotFoundError(`resource ${resourceId} not found`));
+    return admits === false ? refuse() : admits.then((yes) => (yes ? undefined : refuse()));
   }
 
   /**

@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache';
 import type { Principal } from '../auth/principal.js';
 import type { ContentReader } from '../content/content-reader.js';
 import type { CatalogRow, Db } from '../db/tables.js';
@@ -21,6 +22,7 @@ import {
   type Audience,
   accountView,
   audienceOf,
+  listAudience,
   namespaceOf,
   type Seen,
   viewNamespaces,
@@ -43,7 +45,7 @@ import {
   readStoredPins,
   storedPinsText,
 } from './stored-pins.js';
-import { planAllows } from './visibility.js';
+import { catalogAdmitted, planAllows } from './visibility.js';
 
 export interface PageOf<T> {
   readonly data: T[];
@@ -121,6 +123,12 @@ export interface VersionRead {
  */
 export class PlaybookService {
   /**
+   * The Catalog of each Resource a restricted key asked for lately (D32): a Resource never moves, and
+   * a Catalog's owner and slug never change, so what was read once holds.
+   */
+  private readonly places = new LRUCache<string, CatalogPlace>({ max: KEPT_PLACES });
+
+  /**
    * @param lookups where the read model's searches go (`Databases.lookups`: on SQLite, connections on
    *   threads of their own); `db` by default.
    */
@@ -131,11 +139,29 @@ export class PlaybookService {
   ) {}
 
   /**
+   * D32: whether `principal`'s key admits the Catalog of the Resource `resourceId`, known at once when
+   * it is not restricted to some Catalogs or the Resource's Catalog was read before; false for a
+   * Resource that does not exist. A Resource's answers (its detail, versions and their list) are the
+   * same for every caller that may see it: once its Catalog is admitted, they are shared.
+   */
+  admitsResource(principal: Principal, resourceId: string): boolean | Promise<boolean> {
+    if (principal.restrictions === null || principal.restrictions.catalogs === null) return true;
+    const place = this.places.get(resourceId);
+    if (place) return catalogAdmitted(principal, place.accountId, place.slug);
+    return repo.catalogOfResource(this.db, resourceId).then((found) => {
+      if (!found) return false;
+      this.places.set(resourceId, found);
+      return catalogAdmitted(principal, found.accountId, found.slug);
+    });
+  }
+
+  /**
    * The audience of a list of Catalogs, known before reading it: the service's Catalogs alone are the
-   * same for every caller; with an account's, the list is that account's view.
+   * same for every caller; with an account's, the list is that account's view; either way, of keys
+   * restricted to the same Catalogs when the caller's is (D32).
    */
   catalogsAudience(principal: Principal, query: ListCatalogsQuery): Audience | null {
-    return serviceOnly(query) ? null : accountView(principal);
+    return listAudience(principal, serviceOnly(query) ? null : accountView(principal));
   }
 
   async listCatalogs(principal: Principal, query: ListCatalogsQuery): Promise<Seen<PageOf<Catalog>>> {
@@ -226,9 +252,14 @@ export class PlaybookService {
     );
     return {
       value: { data: rows.map(toResourceListItem), meta },
-      audience: this.catalogAudience(principal, params),
+      audience: this.resourcesAudience(principal, params),
       namespaces,
     };
+  }
+
+  /** The audience of a list of one Catalog's Resources: its Catalog's, per restriction set (D32). */
+  resourcesAudience(principal: Principal, params: CatalogParams): Audience | null {
+    return listAudience(principal, params.owner === 'svc' ? null : accountView(principal));
   }
 
   async getResource(principal: Principal, resourceId: string): Promise<Seen<ResourceDetail>> {
@@ -254,8 +285,12 @@ export class PlaybookService {
       missing(resourceId);
       return undefined;
     }
-    // Another account's Resource is read the way it always is: not found.
+    // Another account's Resource is read the way it always is: not found; and so is one outside the
+    // Catalogs a key is restricted to (D32), whose place the read model does not hold.
     if (row.account_id !== null && row.account_id !== principal.accountId) return undefined;
+    if (principal.restrictions?.catalogs && !(await this.admitsResource(principal, resourceId))) {
+      return undefined;
+    }
     // Most Resources name no plan: their facets are parsed only when they do (D6).
     if (row.facets?.includes('"planAccess"')) this.checkPlan(principal, row.account_id, row.facets);
     return {
@@ -401,6 +436,15 @@ function pinsInStorage(db: Db, rows: readonly repo.CatalogListRow[]): PinsInStor
       };
     },
   };
+}
+
+/** Resources whose Catalog is held for restricted keys (D32): a few hundred bytes each. */
+const KEPT_PLACES = 10_000;
+
+/** Where a Resource is: its Catalog's account (null for the service's) and slug. */
+interface CatalogPlace {
+  readonly accountId: string | null;
+  readonly slug: string;
 }
 
 /** Whether a list of Catalogs asks for the service's alone. */

@@ -47,7 +47,7 @@ export function apiKeyRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
           operationId: 'updateApiKey',
           summary: "Change an API key's name, expiry or restrictions",
           description:
-            'A JSON Merge Patch (RFC 7396, sent as application/merge-patch+json or application/json): a field left out is unchanged, null lifts it ("restrictions": null lifts every restriction, "expiresAt": null the expiry). Every instance applies a change within a second. A revoked or expired key is 409 key_inactive, a rolled one 409 key_already_rolled; a key of an account the user may not act for is 404. Nothing is written on a refusal.',
+            'A JSON Merge Patch (RFC 7396, sent as application/merge-patch+json or application/json): a field left out is unchanged, null lifts it ("restrictions": null lifts every restriction, "expiresAt": null the expiry). Restrictions limit the key to Catalogs (catalogs: owner/slug, or owner/* for every Catalog of an owner; service Catalogs are outside unless named): a Catalog outside answers 404 to every read and write of the key and leaves every list and its sync feed. Every instance applies a change within a second; a sync position the key made before it answers 410 sync_token_expired. A revoked or expired key is 409 key_inactive, a rolled one 409 key_already_rolled; a key of an account the user may not act for is 404. Nothing is written on a refusal.',
           tags: ['identity'],
           security,
           consumes: [MERGE_PATCH, 'application/json'],

@@ -60,7 +60,11 @@ function feedWith(script: (WaitOutcome | Error)[], refusal?: AuthenticationError
       },
     },
   });
-  const syncToken = tokens.seal({ kind: 'sync', view: { accountId: 'acme', plan: 'free' }, seq: SEQ });
+  const syncToken = tokens.seal({
+    kind: 'sync',
+    view: { accountId: 'acme', plan: 'free', restrictions: null },
+    seq: SEQ,
+  });
   return {
     waits,
     metrics,

@@ -11,7 +11,7 @@ export interface paths {
         };
         /**
          * List the Catalogs the caller can use
-         * @description Service-owned Catalogs first, then the caller's account's, each by slug; drafts are never listed. Filter by sourceScope and by a capability facet.
+         * @description Service-owned Catalogs first, then the caller's account's, each by slug; drafts are never listed. An API key restricted to some Catalogs lists those alone, and meta.total counts them. Filter by sourceScope and by a capability facet.
          */
         get: operations["listPlaybookCatalogs"];
         put?: never;
@@ -64,7 +64,7 @@ export interface paths {
         get: operations["getPlaybookCatalog"];
         /**
          * Publish a whole Catalog of your account, declaratively
-         * @description Exactly an import of one catalog folder, in one transaction: new Resource Versions, superseding, immutable labels (409 version_label_taken), Resources left out archived, a new Catalog version when the pins change. 201 when the Catalog is created, else 200; the same body twice writes nothing. dryRun=true reports and writes nothing. The body is at most PLAYBOOK_MAX_PUBLISH_BYTES and holds at most PLAYBOOK_MAX_PUBLISH_RESOURCES Resources (413 past it); a 400 lists the first 20 problems, and checking stops at the 21st.
+         * @description Exactly an import of one catalog folder, in one transaction: new Resource Versions, superseding, immutable labels (409 version_label_taken), Resources left out archived, a new Catalog version when the pins change. 201 when the Catalog is created, else 200; the same body twice writes nothing. dryRun=true reports and writes nothing. An API key restricted to some Catalogs writes those alone: a write of any other is 404. The body is at most PLAYBOOK_MAX_PUBLISH_BYTES and holds at most PLAYBOOK_MAX_PUBLISH_RESOURCES Resources (413 past it); a 400 lists the first 20 problems, and checking stops at the 21st.
          */
         put: operations["putCatalog"];
         post?: never;
@@ -195,7 +195,7 @@ export interface paths {
         };
         /**
          * Follow every Catalog and Resource the caller can see: an initial sync, then changes
-         * @description Without syncToken: an initial sync, pages of every Catalog (as the Catalogs list shows them, pins included) and every Resource (as list items) the caller can see. Follow nextPageToken (as pageToken) until a page gives nextSyncToken; keep that, and ask later with syncToken for what changed since: each Catalog or Resource once, as it is now, in the order of its last change, or {type: "removed"} when the caller can no longer see it (a removed Catalog takes its Resources with it). With wait, a request that finds nothing changed is held until something does (answered within a second of the change) or answered empty at the end of the wait. Held requests are shared: one credential (an API key, or a user’s access tokens) holds at most 20 at once on an instance by default, and one account at most a tenth of the instance’s room (never under 20), whichever of its credentials hold them; past its share a request is answered at once 429 rate_limited with Retry-After, and past the instance’s limit of held requests, 503 with Retry-After. Before a held request answers, its credential is checked again: a key revoked, rolled past its overlap or expired while the request was held, or an access token expired meanwhile, is answered 401 as a new request with it would be, never with what changed. A token is opaque and works for the caller it was made for: another account’s, a damaged one, or a page token given as syncToken is 400 invalid_sync_token; one older than the change log keeps, or made before the account’s plan changed, is 410 sync_token_expired, and the follower starts again with an initial sync.
+         * @description Without syncToken: an initial sync, pages of every Catalog (as the Catalogs list shows them, pins included) and every Resource (as list items) the caller can see. Follow nextPageToken (as pageToken) until a page gives nextSyncToken; keep that, and ask later with syncToken for what changed since: each Catalog or Resource once, as it is now, in the order of its last change, or {type: "removed"} when the caller can no longer see it (a removed Catalog takes its Resources with it). With wait, a request that finds nothing changed is held until something does (answered within a second of the change) or answered empty at the end of the wait. Held requests are shared: one credential (an API key, or a user’s access tokens) holds at most 20 at once on an instance by default, and one account at most a tenth of the instance’s room (never under 20), whichever of its credentials hold them; past its share a request is answered at once 429 rate_limited with Retry-After, and past the instance’s limit of held requests, 503 with Retry-After. Before a held request answers, its credential is checked again: a key revoked, rolled past its overlap or expired while the request was held, or an access token expired meanwhile, is answered 401 as a new request with it would be, never with what changed. A token is opaque and works for the caller it was made for: another account’s, a damaged one, or a page token given as syncToken is 400 invalid_sync_token; one older than the change log keeps, or made before the account’s plan or the API key’s restrictions changed, is 410 sync_token_expired, and the follower starts again with an initial sync.
          */
         get: operations["syncPlaybook"];
         put?: never;
@@ -285,7 +285,7 @@ export interface paths {
         head: operations["headGetApiKey"];
         /**
          * Change an API key's name, expiry or restrictions
-         * @description A JSON Merge Patch (RFC 7396, sent as application/merge-patch+json or application/json): a field left out is unchanged, null lifts it ("restrictions": null lifts every restriction, "expiresAt": null the expiry). Every instance applies a change within a second. A revoked or expired key is 409 key_inactive, a rolled one 409 key_already_rolled; a key of an account the user may not act for is 404. Nothing is written on a refusal.
+         * @description A JSON Merge Patch (RFC 7396, sent as application/merge-patch+json or application/json): a field left out is unchanged, null lifts it ("restrictions": null lifts every restriction, "expiresAt": null the expiry). Restrictions limit the key to Catalogs (catalogs: owner/slug, or owner/* for every Catalog of an owner; service Catalogs are outside unless named): a Catalog outside answers 404 to every read and write of the key and leaves every list and its sync feed. Every instance applies a change within a second; a sync position the key made before it answers 410 sync_token_expired. A revoked or expired key is 409 key_inactive, a rolled one 409 key_already_rolled; a key of an account the user may not act for is 404. Nothing is written on a refusal.
          */
         patch: operations["updateApiKey"];
         trace?: never;
