@@ -38,7 +38,8 @@ declare module 'fastify' {
 /**
  * Each route states its needs in one line of `config`; this hook, bound to each route that states
  * them when the route is added, enforces them before validation, in this order: authentication, the
- * per-credential rate limit (so a 403 counts and carries the headers too), then the scope. Routes
+ * per-credential rate limit (so a 403 counts and carries the headers too), then the scope; a key
+ * restricted to some addresses (D32) is refused first from any other. Routes
  * that take no credential (health, readiness, the OpenAPI document, the docs, unknown paths) are
  * neither authenticated nor counted (D10).
  *
@@ -57,10 +58,33 @@ export function authHook(
     reply: FastifyReply,
     principal: Principal,
   ): void | Promise<void> => {
+    const restrictions = principal.restrictions;
+    if (restrictions?.allowedIps && !restrictions.allowedIps.allows(request.ip)) {
+      return refuseAddress(request, reply, principal);
+    }
     counts.accepted[KIND_OF[principal.credential.kind]].inc();
     request.principal = principal;
     const counted = limiter.consume(request, reply);
     return counted instanceof Promise ? counted.then(() => checkScope(principal)) : checkScope(principal);
+  };
+  /**
+   * D32: a key sent from an address its `allowedIps` do not hold is refused with 403, named neither
+   * list nor address. The refusal counts against the address as a failed authentication does (D10),
+   * not against the key: whoever holds a leaked key elsewhere cannot use up its budget.
+   */
+  const refuseAddress = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    principal: Principal,
+  ): Promise<void> => {
+    counts.metrics.authentications.inc({ kind: 'api_key', outcome: 'refused', reason: 'address' });
+    await limiter.recordFailure(request, reply);
+    // The access line names the key refused.
+    request.principal = principal;
+    throw new ForbiddenError(
+      'this API key is not accepted from the address of this request',
+      'ip_not_allowed',
+    );
   };
   const checkScope = (principal: Principal): void => {
     if (needs.scope && !principal.scopes.has(needs.scope)) {

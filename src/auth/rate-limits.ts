@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { LRUCache } from 'lru-cache';
 import { RateLimitError } from '../foundation/errors.js';
-import { credentialKey } from './principal.js';
+import { credentialKey, type Principal } from './principal.js';
 
 /**
  * Counts hits per key in fixed windows. The only state rate limiting keeps, behind an interface we
@@ -106,26 +106,79 @@ export class RateLimits implements AccessLimiter {
 
   consume(request: FastifyRequest, reply: FastifyReply, key?: string): void | Promise<void> {
     const { windowMs } = this.settings;
-    if (!key && !request.principal) {
+    const { principal } = request;
+    if (!key && !principal) {
       throw new Error('a request counted against its credential before it had one');
     }
-    const counted = this.counter.increment(key ?? credentialKey(request.principal!.credential), windowMs);
+    const counted = this.counter.increment(key ?? credentialKey(principal!.credential), windowMs);
+    const own = key === undefined ? principal!.restrictions?.rateLimit : undefined;
+    if (own) return this.consumeBoth(reply, principal!, own, counted);
     if (counted instanceof Promise) return counted.then((window) => this.admit(reply, window));
     this.admit(reply, counted);
   }
 
   /** The headers of the credential's budget, and a 429 past it. */
-  private admit(reply: FastifyReply, { count, resetInMs }: WindowCount): void {
-    const { max, windowMs } = this.settings;
-    describe(reply, max, count, resetInMs);
-    if (count > max) {
-      const retryAfter = seconds(resetInMs);
-      throw new RateLimitError(
-        `at most ${max} requests per ${seconds(windowMs)} s; retry in ${retryAfter} s`,
-        retryAfter,
-      );
-    }
+  private admit(reply: FastifyReply, window: WindowCount): void {
+    const { max } = this.settings;
+    describe(reply, max, window.count, window.resetInMs);
+    if (window.count > max) throw refusal([this.deploymentLimit(window)]);
   }
+
+  private deploymentLimit(window: WindowCount): CountedLimit {
+    const { max, windowMs } = this.settings;
+    return { ...window, limit: max, windowMs, whose: '' };
+  }
+
+  /**
+   * D32: a key with a rate of its own is counted against both limits, its own shared like the other
+   * (`RateCounter`): past either it gets 429, and the headers describe the one with fewer requests
+   * left. The own count is kept per window length, so that a changed window starts afresh.
+   */
+  private consumeBoth(
+    reply: FastifyReply,
+    principal: Principal,
+    own: { readonly limit: number; readonly windowMs: number },
+    counted: WindowCount | Promise<WindowCount>,
+  ): void | Promise<void> {
+    const keyId = principal.credential.kind === 'api-key' ? principal.credential.keyId : '';
+    const ownCounted = this.counter.increment(`key-rate:${keyId}:${own.windowMs}`, own.windowMs);
+    const judge = (deployment: WindowCount, mine: WindowCount): void => {
+      const limits = [this.deploymentLimit(deployment), { ...mine, ...own, whose: "this key's own limit: " }];
+      // Fewer requests left, and of two with as few, the one that resets later: it is what waits.
+      const tighter = limits.reduce((a, b) =>
+        left(b) < left(a) || (left(b) === left(a) && b.resetInMs > a.resetInMs) ? b : a,
+      );
+      describe(reply, tighter.limit, tighter.count, tighter.resetInMs);
+      const exceeded = limits.filter((limit) => limit.count > limit.limit);
+      if (exceeded.length > 0) throw refusal(exceeded);
+    };
+    if (counted instanceof Promise || ownCounted instanceof Promise) {
+      return Promise.all([counted, ownCounted]).then(([deployment, mine]) => judge(deployment, mine));
+    }
+    judge(counted, ownCounted);
+  }
+}
+
+/** A window's count beside the limit it is counted against. */
+interface CountedLimit extends WindowCount {
+  readonly limit: number;
+  readonly windowMs: number;
+  /** How the refusal's message names the limit: empty for the deployment's. */
+  readonly whose: string;
+}
+
+function left(limit: CountedLimit): number {
+  return Math.max(0, limit.limit - limit.count);
+}
+
+/** The 429 of the limits a request went past, retried once the last of their windows closes. */
+function refusal(exceeded: readonly CountedLimit[]): RateLimitError {
+  const retryAfter = seconds(Math.max(...exceeded.map((limit) => limit.resetInMs)));
+  const [first] = exceeded;
+  return new RateLimitError(
+    `${first!.whose}at most ${first!.limit} requests per ${seconds(first!.windowMs)} s; retry in ${retryAfter} s`,
+    retryAfter,
+  );
 }
 
 function describe(reply: FastifyReply, limit: number, count: number, resetInMs: number): void {

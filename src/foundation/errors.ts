@@ -132,12 +132,15 @@ export class AuthenticationError extends Error {
   }
 }
 
-/** A valid credential that lacks the scope, account or plan the operation needs. */
+/**
+ * A valid credential that lacks the scope, account or plan the operation needs, or that is sent from
+ * an address its key does not take (D32).
+ */
 export class ForbiddenError extends Error {
   override name = 'ForbiddenError';
   constructor(
     message: string,
-    readonly reason: Extract<ProblemCode, 'forbidden' | 'plan_required'> = 'forbidden',
+    readonly reason: Extract<ProblemCode, 'forbidden' | 'plan_required' | 'ip_not_allowed'> = 'forbidden',
   ) {
     super(message);
   }

@@ -195,6 +195,7 @@ export const PROBLEM_TITLES = {
   unauthenticated: 'Unauthenticated',
   forbidden: 'Forbidden',
   plan_required: 'Plan required',
+  ip_not_allowed: 'Address not allowed',
   not_found: 'Not found',
   method_not_allowed: 'Method not allowed',
   key_inactive: 'Key not active',

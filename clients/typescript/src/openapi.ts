@@ -494,14 +494,14 @@ export interface components {
              * @description the title of the code, the same for every problem of it
              * @enum {string}
              */
-            title: "Invalid request" | "Content too large" | "Unsupported media type" | "Not acceptable" | "Limit reached" | "Unauthenticated" | "Forbidden" | "Plan required" | "Not found" | "Method not allowed" | "Key not active" | "Key already rolled" | "Webhook endpoint disabled" | "Version label taken" | "Precondition failed" | "Invalid sync token" | "Sync token expired" | "Request timeout" | "Expectation failed" | "Request headers too large" | "Too many requests" | "Internal error" | "Not implemented" | "Service unavailable";
+            title: "Invalid request" | "Content too large" | "Unsupported media type" | "Not acceptable" | "Limit reached" | "Unauthenticated" | "Forbidden" | "Plan required" | "Address not allowed" | "Not found" | "Method not allowed" | "Key not active" | "Key already rolled" | "Webhook endpoint disabled" | "Version label taken" | "Precondition failed" | "Invalid sync token" | "Sync token expired" | "Request timeout" | "Expectation failed" | "Request headers too large" | "Too many requests" | "Internal error" | "Not implemented" | "Service unavailable";
             /**
              * Format: int32
              * @description the HTTP status of the answer
              */
             status: number;
             /** @enum {string} */
-            code: "invalid_request" | "content_too_large" | "unsupported_media_type" | "not_acceptable" | "limit_reached" | "unauthenticated" | "forbidden" | "plan_required" | "not_found" | "method_not_allowed" | "key_inactive" | "key_already_rolled" | "endpoint_disabled" | "version_label_taken" | "precondition_failed" | "invalid_sync_token" | "sync_token_expired" | "request_timeout" | "expectation_failed" | "headers_too_large" | "rate_limited" | "internal" | "not_implemented" | "unavailable";
+            code: "invalid_request" | "content_too_large" | "unsupported_media_type" | "not_acceptable" | "limit_reached" | "unauthenticated" | "forbidden" | "plan_required" | "ip_not_allowed" | "not_found" | "method_not_allowed" | "key_inactive" | "key_already_rolled" | "endpoint_disabled" | "version_label_taken" | "precondition_failed" | "invalid_sync_token" | "sync_token_expired" | "request_timeout" | "expectation_failed" | "headers_too_large" | "rate_limited" | "internal" | "not_implemented" | "unavailable";
             detail: string;
             /** @description the x-request-id of the answer */
             requestId: string;
