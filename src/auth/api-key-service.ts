@@ -19,6 +19,8 @@ import type {
   CreateApiKeyBody,
   CreatedApiKey,
   KeyRestrictions,
+  KeyUsage,
+  KeyUsageQuery,
   Scope,
   UpdateApiKeyBody,
 } from '../schemas/identity.js';
@@ -31,8 +33,10 @@ import {
   readRestrictions,
   storedRestrictions,
 } from './key-restrictions.js';
+import { usageBuckets, usageRange } from './key-usage-report.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
+import { readUsage } from './usage-repository.js';
 
 /** The user behind an access token, as key management sees them. */
 export interface KeyManager {
@@ -216,6 +220,7 @@ export class ApiKeyService {
       last_used_at: null,
       replaced_by: null,
       restrictions: storedRestrictions(input.restrictions),
+      last_used_address: null,
     };
     return { row, created: { ...toApiKey(row), key } };
   }
@@ -274,6 +279,33 @@ export class ApiKeyService {
     const row = await repo.findApiKey(this.db, keyId);
     if (!row) throw new NotFoundError(`no API key ${keyId}`);
     return this.toApiKey(row);
+  }
+
+  /**
+   * How a key of an account the user may act for was used (D32): its answers counted by bucket and
+   * outcome, from what every instance has flushed and what this one has not yet, and its last use.
+   * Another account's key is 404; a range past what is kept, or empty, 400.
+   */
+  async usageFor(user: KeyManager, keyId: string, query: KeyUsageQuery): Promise<KeyUsage> {
+    const row = await repo.findApiKey(this.db, keyId);
+    if (!row || !user.accounts.includes(row.account_id)) throw new NotFoundError('no such API key');
+    const range = usageRange(query, this.now());
+    const [from, to] = [range.start, range.end].map((at) => new Date(at).toISOString()) as [string, string];
+    const pending = this.options.usage;
+    const rows = [
+      ...(await readUsage(this.db, keyId, from, to)),
+      ...(pending?.pendingCounts(keyId) ?? []).filter((hour) => hour.start >= from && hour.start < to),
+    ];
+    const stored =
+      row.last_used_at === null ? undefined : { at: row.last_used_at, address: row.last_used_address };
+    const held = pending?.pendingUse(keyId);
+    const lastUsed = held && (!stored || stored.at < held.at) ? held : stored;
+    return {
+      keyId,
+      granularity: range.granularity,
+      buckets: usageBuckets(range, rows),
+      lastUsed: lastUsed ?? null,
+    };
   }
 
   /**

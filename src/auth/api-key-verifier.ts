@@ -143,7 +143,7 @@ export class ApiKeyVerifier {
       // And the same storage read: an unknown id is always read from storage, so a wrong secret for a
       // cached key is too. Otherwise the time of a refusal would tell which key ids exist.
       if (!fresh.loaded) await this.options.lookup.find(parsed.keyId);
-      throw new AuthenticationError('the API key is not valid', 'invalid');
+      throw new AuthenticationError('the API key is not valid', 'invalid', entry?.keyId);
     }
     this.adopt(entry, fresh);
     const refusal = this.refusalOf(entry, now);
@@ -179,19 +179,24 @@ export class ApiKeyVerifier {
     if (fresh.epoch === this.revocationEpoch) this.cache.set(entry.keyId, entry);
     // A read begun before a revocation was announced says what was true then: the mark it left wins.
     else if (this.cache.get(entry.keyId)?.revoked) {
-      throw new AuthenticationError('the API key has been revoked', 'revoked');
+      throw new AuthenticationError('the API key has been revoked', 'revoked', entry.keyId);
     }
   }
 
   /** Why a key whose secret matched is refused all the same, if it is. */
   private refusalOf(entry: CachedKey, now: number): AuthenticationError | undefined {
     const { environment } = this.options;
-    if (entry.revoked) return new AuthenticationError('the API key has been revoked', 'revoked');
+    const { keyId } = entry;
+    if (entry.revoked) return new AuthenticationError('the API key has been revoked', 'revoked', keyId);
     if (entry.expiresAtMs !== null && entry.expiresAtMs <= now) {
-      return new AuthenticationError('the API key has expired', 'expired');
+      return new AuthenticationError('the API key has expired', 'expired', keyId);
     }
     if (entry.environment !== environment) {
-      return new AuthenticationError(`this deployment accepts only ${environment} API keys`, 'environment');
+      return new AuthenticationError(
+        `this deployment accepts only ${environment} API keys`,
+        'environment',
+        keyId,
+      );
     }
     return undefined;
   }

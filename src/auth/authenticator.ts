@@ -1,10 +1,17 @@
-import type { FastifyContextConfig, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
-import { AuthenticationError, ForbiddenError } from '../foundation/errors.js';
+import type {
+  FastifyContextConfig,
+  FastifyReply,
+  FastifyRequest,
+  onRequestHookHandler,
+  onResponseHookHandler,
+} from 'fastify';
+import { AuthenticationError, ForbiddenError, RateLimitError } from '../foundation/errors.js';
 import type { CountedSeries, Metrics } from '../observability/metrics.js';
 import type { Scope } from '../schemas/identity.js';
 import type { TokenKeys } from './access-tokens.js';
 import type { Principal } from './principal.js';
 import type { AccessLimiter } from './rate-limits.js';
+import type { KeyUsage } from './usage-recorder.js';
 
 /** Which credentials a route takes: the reads take either; key management only an access token (D8). */
 export type CredentialPolicy = 'api-key-or-token' | 'access-token';
@@ -52,6 +59,7 @@ export function authHook(
   limiter: AccessLimiter,
   needs: NonNullable<FastifyContextConfig['auth']>,
   counts: AuthenticationCounts,
+  usage?: KeyUsage,
 ): onRequestHookHandler {
   const admit = (
     request: FastifyRequest,
@@ -78,8 +86,8 @@ export function authHook(
     principal: Principal,
   ): Promise<void> => {
     counts.metrics.authentications.inc({ kind: 'api_key', outcome: 'refused', reason: 'address' });
-    await limiter.recordFailure(request, reply);
-    // The access line names the key refused.
+    await countedFailure(request, reply, keyIdOf(principal));
+    // The access line names the key refused, and its usage counts the refusal with where it came from.
     request.principal = principal;
     throw new ForbiddenError(
       'this API key is not accepted from the address of this request',
@@ -102,11 +110,26 @@ export function authHook(
           outcome: 'refused',
           reason: error.reason,
         });
-        await limiter.recordFailure(request, reply);
+        await countedFailure(request, reply, error.keyId);
+        // D32: a refusal of a key id that exists counts in that key's usage.
+        if (error.keyId !== undefined) usage?.count(error.keyId, 401);
       }
       throw error;
     }
     await admit(request, reply, principal);
+  };
+  /** A failed authentication counted against the address; a 429 past its budget counts in the key's usage. */
+  const countedFailure = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    keyId: string | undefined,
+  ): Promise<void> => {
+    try {
+      await limiter.recordFailure(request, reply);
+    } catch (error) {
+      if (error instanceof RateLimitError && keyId !== undefined) usage?.count(keyId, 429);
+      throw error;
+    }
   };
   // A key held in memory, counted in memory, is admitted without a promise: the common case of a busy
   // service, where each promise would be a measurable part of the request.
@@ -121,6 +144,25 @@ export function authHook(
     }
     if (admitted instanceof Promise) admitted.then(() => done(), done);
     else done();
+  };
+}
+
+/** The key a principal was made from, if any. */
+function keyIdOf(principal: Principal): string | undefined {
+  return principal.credential.kind === 'api-key' ? principal.credential.keyId : undefined;
+}
+
+/**
+ * D32: counts each answer of a request made with an API key in the key's usage, once it is sent, with
+ * the request's client address as the key's last use. Bound to every route that takes a credential,
+ * beside `authHook`; a request with an access token, or refused before its key was known, counts here
+ * for nothing (`authHook` counts the refusals of key ids that exist).
+ */
+export function usageHook(usage: KeyUsage): onResponseHookHandler {
+  return (request, reply, done) => {
+    const credential = request.principal?.credential;
+    if (credential?.kind === 'api-key') usage.count(credential.keyId, reply.statusCode, request.ip);
+    done();
   };
 }
 

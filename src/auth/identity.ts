@@ -72,7 +72,10 @@ export function createIdentity(
   const now = options.now ?? Date.now;
   const hasher = options.hasher ?? sha256Hasher;
   const revocations = options.revocations ?? new InProcessBroadcast();
-  const usage = new UsageRecorder(db, logger, options.usageFlushIntervalMs);
+  const usage = new UsageRecorder(db, logger, {
+    ...(options.usageFlushIntervalMs === undefined ? {} : { intervalMs: options.usageFlushIntervalMs }),
+    now,
+  });
   const lookups = options.lookups ?? db;
   const storage: ApiKeyLookup = { find: (keyId) => findApiKeyWithPlan(lookups, keyId) };
   const verifier = new ApiKeyVerifier({

@@ -38,6 +38,7 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
         reads: services.reads,
         authenticator: services.authenticator,
         rateLimits: services.rateLimits,
+        usage: services.identity.usage,
         readiness: services.readiness,
         instance,
         servesFromMemory: () => services.servesFromMemory(),

@@ -13,6 +13,7 @@ import * as catalogVersionPins from './migrations/0012-catalog-version-pins.js';
 import * as storedDetails from './migrations/0013-stored-details.js';
 import * as webhookFairShare from './migrations/0014-webhook-fair-share.js';
 import * as keyRestrictions from './migrations/0015-key-restrictions.js';
+import * as keyUsage from './migrations/0016-key-usage.js';
 import type { Dialect } from './tables.js';
 
 /** A migration of ours: written against no table types, told which dialect it runs on. */
@@ -36,6 +37,7 @@ const migrations: Record<string, DialectMigration> = {
   '0013-stored-details': storedDetails,
   '0014-webhook-fair-share': webhookFairShare,
   '0015-key-restrictions': keyRestrictions,
+  '0016-key-usage': keyUsage,
 };
 
 /** Brings the schema of the primary database up to date; throws with the failing migration's name. */

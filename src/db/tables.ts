@@ -123,6 +123,22 @@ export interface ApiKeyTable {
   replaced_by: string | null;
   /** D32: the canonical JSON text of the key's restrictions; null for none. */
   restrictions: string | null;
+  /** D32: the client address of the key's last use (beside `last_used_at`). */
+  last_used_address: string | null;
+}
+
+/**
+ * D32: how a key answered in one hour (`bucket_start`, an RFC 3339 time on the hour), each outcome
+ * counted; every instance adds its counts to the one row.
+ */
+export interface ApiKeyUsageTable {
+  key_id: string;
+  bucket_start: string;
+  success: number | string;
+  client_error: number | string;
+  unauthorized: number | string;
+  rate_limited: number | string;
+  server_error: number | string;
 }
 
 /**
@@ -251,6 +267,7 @@ export interface Database {
   resource_versions: ResourceVersionTable;
   content_blobs: ContentBlobTable;
   api_keys: ApiKeyTable;
+  api_key_usage: ApiKeyUsageTable;
   data_generation: DataGenerationTable;
   changes: ChangeTable;
   webhook_endpoints: WebhookEndpointTable;

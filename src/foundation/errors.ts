@@ -127,6 +127,11 @@ export class AuthenticationError extends Error {
   constructor(
     message: string,
     readonly reason: RefusalReason,
+    /**
+     * The API key refused, when its id is one that exists (a wrong secret, a revoked or expired key):
+     * its usage counts the refusal (D32). Never said to the caller.
+     */
+    readonly keyId?: string,
   ) {
     super(message);
   }

@@ -3,13 +3,13 @@ import type { ApiKeyService } from '../auth/api-key-service.js';
 import { Answer, routeSerializer, sendAnswer } from '../http/answer.js';
 import { streamedJsonBodyParser } from '../http/json-body.js';
 import { notModifiedResponse, problemResponses } from '../schemas/common.js';
-import { ApiKey, ApiKeyParams, UpdateApiKeyBody } from '../schemas/identity.js';
+import { ApiKey, ApiKeyParams, KeyUsage, KeyUsageQuery, UpdateApiKeyBody } from '../schemas/identity.js';
 import { KEY_MANAGEMENT, managerOf, security } from './key-management.js';
 
 /** RFC 7396's media type of a JSON Merge Patch, taken beside `application/json`. */
 const MERGE_PATCH = 'application/merge-patch+json';
 
-/** One key of D32: read it, and change its name, expiry and restrictions. */
+/** One key of D32: read it, change its name, expiry and restrictions, and read its usage. */
 export function apiKeyRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
   return async (app) => {
     app.addContentTypeParser(MERGE_PATCH, streamedJsonBodyParser);
@@ -36,6 +36,31 @@ export function apiKeyRoutes(keys: ApiKeyService): FastifyPluginAsyncTypebox {
         const key = await keys.getFor(managerOf(request), request.params.keyId);
         // Never kept, like the list: a changed lastUsedAt shows at once.
         return sendAnswer(request, reply, Answer.json(routeSerializer<ApiKey>(reply)(key)));
+      },
+    });
+
+    app.route({
+      method: ['GET', 'HEAD'],
+      url: '/v3/identity/api-keys/:keyId/usage',
+      config: KEY_MANAGEMENT,
+      schema: {
+        operationId: 'getApiKeyUsage',
+        summary: 'Read how an API key was used: its answers by day or hour, and its last use',
+        description:
+          'Every bucket from the one that holds from (7 days back by default, at most 90) to to (now by default), by UTC day or hour, each counting the answers the key got by outcome: success (below 400), clientError (other 4xx), unauthorized (401 and 403 of the key: a wrong secret, revoked or expired, a scope or an address refused), rateLimited (429) and serverError (5xx); and the time and client address of its last use. Counts are gathered in memory and written at most once a minute by each instance: what another instance counted in the last minute may not show yet. A key of an account the user may not act for is 404.',
+        tags: ['identity'],
+        security,
+        params: ApiKeyParams,
+        querystring: KeyUsageQuery,
+        response: {
+          200: { ...KeyUsage, description: "The key's usage" },
+          ...notModifiedResponse,
+          ...problemResponses(400, 401, 404, 429, 500, 503),
+        },
+      },
+      handler: async (request, reply) => {
+        const usage = await keys.usageFor(managerOf(request), request.params.keyId, request.query);
+        return sendAnswer(request, reply, Answer.json(routeSerializer<KeyUsage>(reply)(usage)));
       },
     });
 

@@ -3,6 +3,7 @@ import { API_KEY_PATTERN, ENVIRONMENTS, KEY_ID_PATTERN } from './api-key-format.
 import {
   ADDRESS_RANGE_PATTERN,
   CATALOG_GRANT_PATTERN,
+  Counter,
   DateTime,
   Name,
   Nullable,
@@ -153,7 +154,10 @@ const keyFields = {
 export const ApiKey = Type.Object(
   {
     ...keyFields,
-    lastUsedAt: Type.Optional({ ...DateTime, description: 'last successful use, recorded within seconds' }),
+    lastUsedAt: Type.Optional({
+      ...DateTime,
+      description: 'last use the key was verified for, seen by every instance within a minute',
+    }),
     revokedAt: Type.Optional(DateTime),
     replacedBy: Type.Optional({
       ...ApiKeyId,
@@ -186,6 +190,71 @@ export const ListApiKeysQuery = Type.Object(
   { additionalProperties: false },
 );
 export const ApiKeyParams = Type.Object({ keyId: ApiKeyId });
+
+/** D32: the lengths a key's usage is counted in. */
+export const USAGE_GRANULARITIES = ['hour', 'day'] as const;
+export type UsageGranularity = (typeof USAGE_GRANULARITIES)[number];
+/** D32: how far back a key's usage may be asked for, in days. */
+export const MAX_USAGE_DAYS = 90;
+
+export const KeyUsageQuery = Type.Object(
+  {
+    from: Type.Optional({
+      ...DateTime,
+      description: `the first bucket holds it; at most ${MAX_USAGE_DAYS} days back; 7 days back by default`,
+    }),
+    to: Type.Optional({ ...DateTime, description: 'the buckets start before it; now by default' }),
+    granularity: Type.Optional(
+      StringEnum(USAGE_GRANULARITIES, { description: 'the length of a bucket, in UTC; day by default' }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type KeyUsageQuery = Static<typeof KeyUsageQuery>;
+
+/** D32: a key's answers in one bucket, by outcome. */
+export const UsageBucket = Type.Object(
+  {
+    start: DateTime,
+    success: { ...Counter, description: 'answers below 400 (304 included)' },
+    clientError: { ...Counter, description: 'other 4xx answers: not 401, 403 or 429' },
+    unauthorized: {
+      ...Counter,
+      description:
+        '401 and 403 answers: a wrong secret, a revoked or expired key, a scope or an address refused',
+    },
+    rateLimited: { ...Counter, description: '429 answers' },
+    serverError: { ...Counter, description: '5xx answers' },
+  },
+  { title: 'UsageBucket' },
+);
+
+/** D32: how one key was used, bucket by bucket, and its last use. */
+export const KeyUsage = Type.Object(
+  {
+    keyId: ApiKeyId,
+    granularity: StringEnum(USAGE_GRANULARITIES),
+    buckets: Type.Array(UsageBucket, {
+      maxItems: (MAX_USAGE_DAYS + 1) * 24,
+      description:
+        'every bucket from the one that holds from, up to to or now, oldest first; counts of zero included',
+    }),
+    lastUsed: Nullable(
+      Type.Object({
+        at: DateTime,
+        address: Nullable(
+          Type.String({ maxLength: 49, pattern: ADDRESS_RANGE_PATTERN, description: 'the client address' }),
+        ),
+      }),
+      {
+        description:
+          'the last request the key was verified for, and where it came from; null when never used',
+      },
+    ),
+  },
+  { title: 'KeyUsage' },
+);
+export type KeyUsage = Static<typeof KeyUsage>;
 
 /** D22: the bounds of a roll's overlap, in seconds: a week at most, a day when left out. */
 export const MAX_ROLL_OVERLAP_S = 604_800;

@@ -191,6 +191,7 @@ export async function buildIdentityApp(
     sync,
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,
+    usage: identity.usage,
     readiness: [],
     keys: identity.keys,
     audit: identity.audit,

@@ -285,7 +285,7 @@ export interface paths {
         head: operations["headGetApiKey"];
         /**
          * Change an API key's name, expiry or restrictions
-         * @description A JSON Merge Patch (RFC 7396, sent as application/merge-patch+json or application/json): a field left out is unchanged, null lifts it ("restrictions": null lifts every restriction, "expiresAt": null the expiry). Restrictions limit the key to Catalogs (catalogs: owner/slug, or owner/* for every Catalog of an owner; service Catalogs are outside unless named): a Catalog outside answers 404 to every read and write of the key and leaves every list and its sync feed. Every instance applies a change within a second; a sync position the key made before it answers 410 sync_token_expired. A revoked or expired key is 409 key_inactive, a rolled one 409 key_already_rolled; a key of an account the user may not act for is 404. Nothing is written on a refusal.
+         * @description A JSON Merge Patch (RFC 7396, sent as application/merge-patch+json or application/json): a field left out is unchanged, null lifts it ("restrictions": null lifts every restriction, "expiresAt": null the expiry). Restrictions limit the key to Catalogs (catalogs: owner/slug, or owner/* for every Catalog of an owner; service Catalogs are outside unless named; a Catalog outside answers 404 to every read and write of the key and leaves every list and its sync feed), to client addresses (allowedIps: IPv4 and IPv6 addresses and CIDR ranges; a request from elsewhere is 403 ip_not_allowed) and to a rate of its own (rateLimit, at most the deployment's: both count, and the RateLimit headers describe the one with fewer requests left). Every instance applies a change within a second; a sync position the key made before it answers 410 sync_token_expired. A revoked or expired key is 409 key_inactive, a rolled one 409 key_already_rolled; a key of an account the user may not act for is 404. Nothing is written on a refusal.
          */
         patch: operations["updateApiKey"];
         trace?: never;
@@ -331,6 +331,30 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/identity/api-keys/{keyId}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read how an API key was used: its answers by day or hour, and its last use
+         * @description Every bucket from the one that holds from (7 days back by default, at most 90) to to (now by default), by UTC day or hour, each counting the answers the key got by outcome: success (below 400), clientError (other 4xx), unauthorized (401 and 403 of the key: a wrong secret, revoked or expired, a scope or an address refused), rateLimited (429) and serverError (5xx); and the time and client address of its last use. Counts are gathered in memory and written at most once a minute by each instance: what another instance counted in the last minute may not show yet. A key of an account the user may not act for is 404.
+         */
+        get: operations["getApiKeyUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /**
+         * Headers of: Read how an API key was used: its answers by day or hour, and its last use
+         * @description Answers as GET does, with the same status and headers (a 304 included), and no body (RFC 9110 §9.3.2): the ETag tells whether a held answer is current.
+         */
+        head: operations["headGetApiKeyUsage"];
         patch?: never;
         trace?: never;
     };
@@ -1102,7 +1126,7 @@ export interface components {
             } | null;
             /**
              * Format: date-time
-             * @description last successful use, recorded within seconds
+             * @description last use the key was verified for, seen by every instance within a minute
              */
             lastUsedAt?: string;
             /**
@@ -1166,6 +1190,56 @@ export interface components {
                 /** Format: int64 */
                 total: number;
             };
+        };
+        UsageBucket: {
+            /**
+             * Format: date-time
+             * @description RFC 3339 UTC timestamp
+             */
+            start: string;
+            /**
+             * Format: int64
+             * @description answers below 400 (304 included)
+             */
+            success: number;
+            /**
+             * Format: int64
+             * @description other 4xx answers: not 401, 403 or 429
+             */
+            clientError: number;
+            /**
+             * Format: int64
+             * @description 401 and 403 answers: a wrong secret, a revoked or expired key, a scope or an address refused
+             */
+            unauthorized: number;
+            /**
+             * Format: int64
+             * @description 429 answers
+             */
+            rateLimited: number;
+            /**
+             * Format: int64
+             * @description 5xx answers
+             */
+            serverError: number;
+        };
+        KeyUsage: {
+            /** @description key id: the public part of the key string, between its environment and its secret */
+            keyId: string;
+            /** @enum {string} */
+            granularity: "hour" | "day";
+            /** @description every bucket from the one that holds from, up to to or now, oldest first; counts of zero included */
+            buckets: components["schemas"]["UsageBucket"][];
+            /** @description the last request the key was verified for, and where it came from; null when never used */
+            lastUsed: {
+                /**
+                 * Format: date-time
+                 * @description RFC 3339 UTC timestamp
+                 */
+                at: string;
+                /** @description the client address */
+                address: string | null;
+            } | null;
         };
         WebhookEndpointPage: {
             data: components["schemas"]["WebhookEndpoint"][];
@@ -6809,6 +6883,318 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
+            };
+        };
+    };
+    getApiKeyUsage: {
+        parameters: {
+            query?: {
+                /** @description the first bucket holds it; at most 90 days back; 7 days back by default */
+                from?: string;
+                /** @description the buckets start before it; now by default */
+                to?: string;
+                /** @description the length of a bucket, in UTC; day by default */
+                granularity?: "hour" | "day";
+            };
+            header?: never;
+            path: {
+                /** @description key id: the public part of the key string, between its environment and its secret */
+                keyId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key's usage */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    "Content-Encoding": components["headers"]["ContentEncodingOptional"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyUsage"];
+                };
+            };
+            /** @description Not modified: If-None-Match names the current validator of this representation; no body */
+            304: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request: each problem named in `errors` (at most 20), or `limit_reached` when a limit of the deployment is reached */
+            400: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No credential, or one that is malformed, unknown, expired, revoked or of the other environment; WWW-Authenticate names the credentials the operation takes */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "WWW-Authenticate": components["headers"]["WwwAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller: the two are answered alike */
+            404: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Asked of this path with a method it does not take (this operation is not the one asked for); Allow lists the methods it takes */
+            405: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Allow: components["headers"]["Allow"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
+            406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests for this credential, or too many failed authentications from this address */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The service could not complete the request; the request id finds it in the logs */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A backend of the service is unavailable, or the instance is stopping; retry after Retry-After */
+            503: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    headGetApiKeyUsage: {
+        parameters: {
+            query?: {
+                /** @description the first bucket holds it; at most 90 days back; 7 days back by default */
+                from?: string;
+                /** @description the buckets start before it; now by default */
+                to?: string;
+                /** @description the length of a bucket, in UTC; day by default */
+                granularity?: "hour" | "day";
+            };
+            header?: never;
+            path: {
+                /** @description key id: the public part of the key string, between its environment and its secret */
+                keyId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key's usage */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    "Content-Encoding": components["headers"]["ContentEncodingOptional"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not modified: If-None-Match names the current validator of this representation; no body */
+            304: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request: each problem named in `errors` (at most 20), or `limit_reached` when a limit of the deployment is reached */
+            400: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No credential, or one that is malformed, unknown, expired, revoked or of the other environment; WWW-Authenticate names the credentials the operation takes */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "WWW-Authenticate": components["headers"]["WwwAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not found, or not visible to the caller: the two are answered alike */
+            404: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Asked of this path with a method it does not take (this operation is not the one asked for); Allow lists the methods it takes */
+            405: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Allow: components["headers"]["Allow"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
+            406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Too many requests for this credential, or too many failed authentications from this address */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The service could not complete the request; the request id finds it in the logs */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A backend of the service is unavailable, or the instance is stopping; retry after Retry-After */
+            503: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };
