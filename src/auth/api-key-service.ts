@@ -26,6 +26,7 @@ import type {
 } from '../schemas/identity.js';
 import * as repo from './api-key-repository.js';
 import { KEY_CHANGED_PREFIX } from './api-key-verifier.js';
+import { accountCrossedThresholds } from './key-expiry-notices.js';
 import {
   canonicalRestrictions,
   type DeploymentRate,
@@ -124,6 +125,7 @@ export class ApiKeyService {
         await write.append([accountCreated(input.accountId)]);
       }
       await this.insertWithinCap(write.db, minted.row, 0);
+      await accountCrossedThresholds(write.db, minted.row.id, minted.row.expires_at, now);
       await write.append([keyChange(minted.row, 'api_key.created', `API key ${minted.row.id} created`)]);
     });
     return minted.created;
@@ -352,6 +354,8 @@ export class ApiKeyService {
         );
         if (fields.length === 0) return { row: current, changed: false };
         await repo.updateApiKey(write.db, keyId, Object.fromEntries(fields.map((f) => [f, next[f]])));
+        if (fields.includes('expires_at'))
+          await accountCrossedThresholds(write.db, keyId, next.expires_at, now);
         const named = fields.map((field) => (field === 'expires_at' ? 'expiresAt' : field)).join(', ');
         await write.append([keyChange(current, 'api_key.updated', `API key ${keyId} changed: ${named}`)]);
         return { row: next, changed: true };

@@ -24,6 +24,8 @@ export type WriteName =
   | 'key-roll'
   | 'key-revoke'
   | 'key-update'
+  /** D32: an `api_key.expiring` change, made by the service. */
+  | 'key-expiry-notice'
   | 'account-set'
   | 'webhook-endpoint'
   /** Rows of the read model of details (D30), written by the service itself. */

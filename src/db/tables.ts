@@ -142,6 +142,19 @@ export interface ApiKeyUsageTable {
 }
 
 /**
+ * D32: the expiry notices of keys, one row per key, expiry and threshold (`7d`, `1d`) accounted for:
+ * `noticed_at` when its `api_key.expiring` change was made, null for a threshold already crossed when
+ * the expiry was set (no notice is made for it). The primary key makes each notice once, whatever the
+ * number of instances.
+ */
+export interface ApiKeyExpiryNoticeTable {
+  key_id: string;
+  expires_at: string;
+  threshold: string;
+  noticed_at: string | null;
+}
+
+/**
  * One row: the change log's head, the `seq` of its last change. A write that appends changes advances
  * it in its transaction, which makes writers commit in the order of their changes.
  */
@@ -268,6 +281,7 @@ export interface Database {
   content_blobs: ContentBlobTable;
   api_keys: ApiKeyTable;
   api_key_usage: ApiKeyUsageTable;
+  api_key_expiry_notices: ApiKeyExpiryNoticeTable;
   data_generation: DataGenerationTable;
   changes: ChangeTable;
   webhook_endpoints: WebhookEndpointTable;
