@@ -34,10 +34,9 @@ import {
   readRestrictions,
   storedRestrictions,
 } from './key-restrictions.js';
-import { usageBuckets, usageRange } from './key-usage-report.js';
+import { usageReport } from './key-usage-report.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
-import { readUsage } from './usage-repository.js';
 
 /** The user behind an access token, as key management sees them. */
 export interface KeyManager {
@@ -289,25 +288,18 @@ export class ApiKeyService {
    * Another account's key is 404; a range past what is kept, or empty, 400.
    */
   async usageFor(user: KeyManager, keyId: string, query: KeyUsageQuery): Promise<KeyUsage> {
+    return this.usageAs(userActing(user), keyId, query);
+  }
+
+  /** How a key of any account was used (`playbook keys usage`); 404 when it does not exist. */
+  async usage(keyId: string, query: KeyUsageQuery): Promise<KeyUsage> {
+    return this.usageAs(OPERATOR, keyId, query);
+  }
+
+  private async usageAs(acting: Acting, keyId: string, query: KeyUsageQuery): Promise<KeyUsage> {
     const row = await repo.findApiKey(this.db, keyId);
-    if (!row || !user.accounts.includes(row.account_id)) throw new NotFoundError('no such API key');
-    const range = usageRange(query, this.now());
-    const [from, to] = [range.start, range.end].map((at) => new Date(at).toISOString()) as [string, string];
-    const pending = this.options.usage;
-    const rows = [
-      ...(await readUsage(this.db, keyId, from, to)),
-      ...(pending?.pendingCounts(keyId) ?? []).filter((hour) => hour.start >= from && hour.start < to),
-    ];
-    const stored =
-      row.last_used_at === null ? undefined : { at: row.last_used_at, address: row.last_used_address };
-    const held = pending?.pendingUse(keyId);
-    const lastUsed = held && (!stored || stored.at < held.at) ? held : stored;
-    return {
-      keyId,
-      granularity: range.granularity,
-      buckets: usageBuckets(range, rows),
-      lastUsed: lastUsed ?? null,
-    };
+    if (!row || !acting.mayActFor(row.account_id)) throw new NotFoundError('no such API key');
+    return usageReport(this.db, row, query, this.now(), this.options.usage);
   }
 
   /**

@@ -9,6 +9,7 @@ import { AuthenticationError, ForbiddenError, RateLimitError } from '../foundati
 import type { CountedSeries, Metrics } from '../observability/metrics.js';
 import type { Scope } from '../schemas/identity.js';
 import type { TokenKeys } from './access-tokens.js';
+import { addressAllowed } from './key-restrictions.js';
 import type { Principal } from './principal.js';
 import type { AccessLimiter } from './rate-limits.js';
 import type { KeyUsage } from './usage-recorder.js';
@@ -66,8 +67,7 @@ export function authHook(
     reply: FastifyReply,
     principal: Principal,
   ): void | Promise<void> => {
-    const restrictions = principal.restrictions;
-    if (restrictions?.allowedIps && !restrictions.allowedIps.allows(request.ip)) {
+    if (!addressAllowed(principal.restrictions, request.ip)) {
       return refuseAddress(request, reply, principal);
     }
     counts.accepted[KIND_OF[principal.credential.kind]].inc();

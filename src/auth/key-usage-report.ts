@@ -1,6 +1,13 @@
+import type { ApiKeyRow, Db } from '../db/tables.js';
 import { InputError } from '../foundation/errors.js';
-import { type KeyUsageQuery, MAX_USAGE_DAYS, type UsageGranularity } from '../schemas/identity.js';
-import { OUTCOMES, type UsageRow } from './usage-repository.js';
+import {
+  type KeyUsage,
+  type KeyUsageQuery,
+  MAX_USAGE_DAYS,
+  type UsageGranularity,
+} from '../schemas/identity.js';
+import type { UsageRecorder } from './usage-recorder.js';
+import { OUTCOMES, readUsage, type UsageRow } from './usage-repository.js';
 
 /** A key's usage report (D32): the buckets a query asks for, and the hourly counts summed into them. */
 
@@ -67,4 +74,33 @@ export function usageBuckets(range: UsageRange, rows: readonly UsageRow[]) {
 
 function floorTo(at: number, stepMs: number): number {
   return Math.floor(at / stepMs) * stepMs;
+}
+
+/**
+ * The usage report of the key `row` (D32): what every instance has written, with what `pending` (this
+ * instance's recorder) has not written yet, and the later of the stored and the pending last use.
+ */
+export async function usageReport(
+  db: Db,
+  row: ApiKeyRow,
+  query: KeyUsageQuery,
+  now: number,
+  pending: UsageRecorder | undefined,
+): Promise<KeyUsage> {
+  const range = usageRange(query, now);
+  const [from, to] = [range.start, range.end].map((at) => new Date(at).toISOString()) as [string, string];
+  const rows = [
+    ...(await readUsage(db, row.id, from, to)),
+    ...(pending?.pendingCounts(row.id) ?? []).filter((hour) => hour.start >= from && hour.start < to),
+  ];
+  const stored =
+    row.last_used_at === null ? undefined : { at: row.last_used_at, address: row.last_used_address };
+  const held = pending?.pendingUse(row.id);
+  const lastUsed = held && (!stored || stored.at < held.at) ? held : stored;
+  return {
+    keyId: row.id,
+    granularity: range.granularity,
+    buckets: usageBuckets(range, rows),
+    lastUsed: lastUsed ?? null,
+  };
 }

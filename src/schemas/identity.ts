@@ -228,6 +228,7 @@ export const UsageBucket = Type.Object(
   },
   { title: 'UsageBucket' },
 );
+export type UsageBucket = Static<typeof UsageBucket>;
 
 /** D32: how one key was used, bucket by bucket, and its last use. */
 export const KeyUsage = Type.Object(

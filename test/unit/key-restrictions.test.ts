@@ -1,7 +1,12 @@
 import fc from 'fast-check';
 import ipaddr from 'ipaddr.js';
 import { describe, expect, it } from 'vitest';
-import { canonicalAddress, compileRestrictions, mergeRestrictions } from '../../src/auth/key-restrictions.js';
+import {
+  addressAllowed,
+  canonicalAddress,
+  compileRestrictions,
+  mergeRestrictions,
+} from '../../src/auth/key-restrictions.js';
 import { InputError } from '../../src/foundation/errors.js';
 
 const DEPLOYMENT = { max: 1200, windowMs: 60_000 };
@@ -105,5 +110,17 @@ describe('key restrictions', () => {
     expect(of(['org/b', 'org/a'])).toBe(of(['org/a', 'org/b', 'org/a']));
     expect(of(['org/*', 'org/a'])).toBe(of(['org/*']));
     expect(of(['org/a'])).not.toBe(of(['svc/a']));
+  });
+
+  it('addressAllowed: every address for a key without restrictions or without allowedIps, else its ranges', () => {
+    expect(addressAllowed(null, '198.51.100.1')).toBe(true);
+    expect(addressAllowed(undefined, 'not an address')).toBe(true);
+    const catalogsOnly = compileRestrictions({ catalogs: ['org/a'], allowedIps: null, rateLimit: null });
+    expect(addressAllowed(catalogsOnly, '198.51.100.1')).toBe(true);
+    const ranged = compileRestrictions({ catalogs: null, allowedIps: ['10.0.0.0/8'], rateLimit: null });
+    expect(addressAllowed(ranged, '10.1.2.3')).toBe(true);
+    expect(addressAllowed(ranged, '::ffff:10.1.2.3')).toBe(true);
+    expect(addressAllowed(ranged, '11.1.2.3')).toBe(false);
+    expect(addressAllowed(ranged, 'garbage')).toBe(false);
   });
 });
