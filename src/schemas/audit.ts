@@ -44,7 +44,7 @@ export const AuditEvent = Type.Object(
     actor: Type.Object({
       type: StringEnum(AUDIT_ACTOR_TYPES, {
         description:
-          'api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report; service for what the service does by itself (a webhook endpoint disabled after failing for five days)',
+          'api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report; service for what the service does by itself (a webhook endpoint disabled after failing for five days, an API key expiry notice)',
       }),
       id: Type.Optional(
         Type.String({

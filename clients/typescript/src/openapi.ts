@@ -1162,7 +1162,7 @@ export interface components {
             accountId: string;
             actor: {
                 /**
-                 * @description api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report; service for what the service does by itself (a webhook endpoint disabled after failing for five days)
+                 * @description api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report; service for what the service does by itself (a webhook endpoint disabled after failing for five days, an API key expiry notice)
                  * @enum {string}
                  */
                 type: "api-key" | "user" | "operator" | "leak-report" | "service";

@@ -21,6 +21,8 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .addColumn('noticed_at', 'text', text)
     .addPrimaryKeyConstraint('api_key_expiry_notices_pkey', ['key_id', 'expires_at', 'threshold'])
     .execute();
+  // Every instance looks for keys expiring within 7 days once a minute: by index, not by a scan.
+  await db.schema.createIndex('api_keys_by_expiry').on('api_keys').column('expires_at').execute();
   const now = Date.now();
   const soon = new Date(now + 7 * DAY_MS).toISOString();
   const { rows } = await sql<{ id: string; expires_at: string }>`
@@ -40,5 +42,6 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
 }
 
 export async function down(db: Kysely<unknown>): Promise<void> {
+  await db.schema.dropIndex('api_keys_by_expiry').execute();
   await db.schema.dropTable('api_key_expiry_notices').execute();
 }
