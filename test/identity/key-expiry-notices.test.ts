@@ -5,6 +5,7 @@ import { loggedChanges } from '../helpers/changes.js';
 import { buildIdentityApp, createTestIdentity, type TestIdentity } from '../helpers/credentials.js';
 import { givenAccount } from '../helpers/fixtures.js';
 import { waitFor } from '../helpers/wait.js';
+import { Receiver, startWebhookInstance, userHeaders } from '../helpers/webhooks.js';
 
 /**
  * D32 on both stacks: an `api_key.expiring` change 7 days and 1 day before a key's expiresAt, once
@@ -167,6 +168,44 @@ describe('expiry notices (D32)', () => {
       await waitFor('the started sweep makes the notice', async () => (await noticesOf(key.id)).length === 1);
     } finally {
       await started.close();
+    }
+  });
+
+  it("reaches the account's webhook endpoints subscribed to api_key.expiring, as every change does", async () => {
+    const instance = await startWebhookInstance(backend);
+    const receiver = await Receiver.start();
+    try {
+      const ada = await userHeaders(instance, ['acme']);
+      const endpoint = await instance.app.inject({
+        method: 'POST',
+        url: '/v3/identity/webhook-endpoints',
+        headers: ada,
+        payload: { accountId: 'acme', url: receiver.url('/expiring'), events: ['api_key.expiring'] },
+      });
+      expect(endpoint.statusCode, endpoint.body).toBe(201);
+      // Made to expire in 8 days, then brought within 7 as time would: the 7-day threshold is crossed
+      // after the expiry was set.
+      const key = await instance.services.identity.keys.create({
+        name: 'soon',
+        accountId: 'acme',
+        scopes: ['playbook:read'],
+        expiresAt: new Date(Date.now() + 8 * DAY_MS).toISOString(),
+      });
+      const expiresAt = new Date(Date.now() + 6 * DAY_MS).toISOString();
+      await backend.databases.primary
+        .updateTable('api_keys')
+        .set({ expires_at: expiresAt })
+        .where('id', '=', key.id)
+        .execute();
+      expect(await instance.services.identity.expiryNotices.sweep()).toBe(1);
+      await waitFor('the expiry notice delivered', () => receiver.at('/expiring').length === 1);
+      const event = JSON.parse(receiver.at('/expiring')[0]!.body) as { type: string; data: unknown };
+      expect(event.type).toBe('api_key.expiring');
+      expect(JSON.stringify(event)).toContain(key.id);
+      expect(JSON.stringify(event)).not.toContain(key.key);
+    } finally {
+      await instance.close();
+      await receiver.close();
     }
   });
 });
