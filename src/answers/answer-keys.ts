@@ -43,6 +43,8 @@ function audienceParts(audience: Audience | null): readonly (string | null | fal
       return ['account', accountPart(audience.accountId)];
     case 'caller':
       return ['caller', audience.plan, accountPart(audience.accountId)];
+    case 'restricted':
+      return ['restricted', audience.digest, ...audienceParts(audience.within)];
   }
 }
 

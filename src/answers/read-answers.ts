@@ -8,6 +8,8 @@ import type {
   VersionRead,
 } from '../catalog/playbook-service.js';
 import type { PinsReading } from '../catalog/stored-pins.js';
+import { catalogRefAdmitted } from '../catalog/visibility.js';
+import { NotFoundError } from '../foundation/errors.js';
 import { pageOf } from '../foundation/paging.js';
 import { Answer, type LazyAnswer, type ReadAnswer, tagOf } from '../http/answer.js';
 import { BLOCK_BYTES, blocksOf, compressLikeStream, StreamedAnswer } from '../http/streamed-answer.js';
@@ -110,6 +112,11 @@ export type HeldRead =
       readonly versionId: string;
     };
 
+/** The 404 of a Catalog named by its human ref that the caller does not see (D5, D32). */
+function catalogNotFound(params: CatalogParams): Promise<never> {
+  return Promise.reject(new NotFoundError(`catalog ${params.owner}/${params.catalogSlug} not found`));
+}
+
 /** The route's own response serializer for one shape (Fastify compiles it from the route's schema). */
 export type Serialize<T> = (value: T) => string;
 
@@ -187,6 +194,7 @@ export class ReadAnswers {
     query: ListResourcesQuery,
     serialize: Serialize<PageOf<ResourceListItem>>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    if (!catalogRefAdmitted(principal, params.owner, params.catalogSlug)) return catalogNotFound(params);
     const key = this.resourcesKey(principal, params, query);
     return (
       this.answers.get(key) ??
@@ -208,6 +216,7 @@ export class ReadAnswers {
     params: CatalogParams,
     serialize: Serialize<Catalog>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    if (!catalogRefAdmitted(principal, params.owner, params.catalogSlug)) return catalogNotFound(params);
     const key = this.catalogKey(principal, params);
     return (
       this.answers.get(key) ??
@@ -230,6 +239,10 @@ export class ReadAnswers {
     params: ResourceRefParams,
     serialize: Serialize<ResourceDetail>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    const { owner, catalogSlug, resourceSlug } = params;
+    if (!catalogRefAdmitted(principal, owner, catalogSlug)) {
+      return Promise.reject(new NotFoundError(`resource ${owner}/${catalogSlug}/${resourceSlug} not found`));
+    }
     const key = this.resourceByRefKey(principal, params);
     return (
       this.answers.get(key) ?? this.load(key, () => this.reads.getResourceByRef(principal, params), serialize)
@@ -241,6 +254,8 @@ export class ReadAnswers {
     resourceId: string,
     serialize: Serialize<ResourceDetail>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    const admitted = principal.restrictions?.catalogs ? this.admitted(principal, resourceId) : true;
+    if (admitted !== true) return admitted.then(() => this.getResource(principal, resourceId, serialize));
     const key = resourceKey(resourceId);
     return (
       this.heldFor(principal, key) ??
@@ -269,6 +284,10 @@ export class ReadAnswers {
     query: ListVersionsQuery,
     serialize: Serialize<PageOf<ResourceVersionSummary>>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    const admitted = principal.restrictions?.catalogs ? this.admitted(principal, resourceId) : true;
+    if (admitted !== true) {
+      return admitted.then(() => this.listVersions(principal, resourceId, query, serialize));
+    }
     const key = versionsKey(resourceId, query);
     return (
       this.heldFor(principal, key) ??
@@ -292,6 +311,10 @@ export class ReadAnswers {
     versionId: string,
     serialize: Serialize<ResourceVersionDetail>,
   ): ReadAnswer | Promise<ReadAnswer> {
+    const admitted = principal.restrictions?.catalogs ? this.admitted(principal, resourceId) : true;
+    if (admitted !== true) {
+      return admitted.then(() => this.getVersion(principal, resourceId, versionId, serialize));
+    }
     const key = versionKey(resourceId, versionId);
     return (
       this.heldFor(principal, key) ??
@@ -313,6 +336,8 @@ export class ReadAnswers {
    * The keys are the ones the reads above keep their answers under.
    */
   held(principal: Principal, read: HeldRead): Answer | undefined {
+    // D32: what a key restricted to some Catalogs may not see is refused the usual way, which says so.
+    if (principal.restrictions?.catalogs && !this.admittedNow(principal, read)) return undefined;
     switch (read.operation) {
       case 'listPlaybookCatalogs':
         return this.answers.held(this.catalogsKey(principal, read.query));
@@ -337,12 +362,29 @@ export class ReadAnswers {
    * Undefined when it cannot be read so; a refusal (the plan gate) is thrown as `getResource` throws it.
    */
   detailNow(principal: Principal, resourceId: string): Answer | undefined {
+    if (principal.restrictions?.catalogs && this.reads.admitsResource(principal, resourceId) !== true) {
+      return undefined;
+    }
     const ticket = this.answers.ticket();
     const stored = this.reads.storedResourceNow(principal, resourceId, this.missingDetail);
     if (!stored) return undefined;
     this.answers.missed();
     const answer = Answer.json(stored.value.text, stored.tag);
     return this.keep(resourceKey(resourceId)(stored.audience), answer, ticket, stored.namespaces);
+  }
+
+  /** Whether a restricted key's catalogs admit what `read` names, as far as memory tells at once. */
+  private admittedNow(principal: Principal, read: HeldRead): boolean {
+    switch (read.operation) {
+      case 'listPlaybookCatalogs':
+        return true;
+      case 'listPlaybookCatalogResources':
+      case 'getPlaybookCatalog':
+      case 'getPlaybookResourceByRef':
+        return catalogRefAdmitted(principal, read.params.owner, read.params.catalogSlug);
+      default:
+        return this.reads.admitsResource(principal, read.resourceId) === true;
+    }
   }
 
   private catalogsKey(principal: Principal, query: ListCatalogsQuery): AnswerKey {
@@ -360,7 +402,7 @@ export class ReadAnswers {
 
   private resourcesKey(principal: Principal, params: CatalogParams, query: ListResourcesQuery): AnswerKey {
     const { page, pageSize } = pageOf(query);
-    const audience = this.reads.catalogAudience(principal, params);
+    const audience = this.reads.resourcesAudience(principal, params);
     return answerKey('resources', audience, params.catalogSlug, setKey(query.kind), page, pageSize);
   }
 
@@ -378,6 +420,19 @@ export class ReadAnswers {
     const held = this.answers.held(key(audienceOf(principal, null)));
     if (held !== undefined || principal.accountId === null) return held;
     return this.answers.held(key(audienceOf(principal, principal.accountId)));
+  }
+
+  /**
+   * D32: `true` when `principal`'s key admits the Catalog of the Resource `resourceId` as far as memory
+   * tells; else a promise that settles once storage has told, rejected with the 404 of a Resource that
+   * does not exist when it does not admit it. A Resource's answers are shared by everyone who may see
+   * it, so they are looked up only once the Catalog is admitted.
+   */
+  private admitted(principal: Principal, resourceId: string): true | Promise<void> {
+    const admits = this.reads.admitsResource(principal, resourceId);
+    if (admits === true) return true;
+    const refuse = () => Promise.reject(new NotFoundError(`resource ${resourceId} not found`));
+    return admits === false ? refuse() : admits.then((yes) => (yes ? undefined : refuse()));
   }
 
   /**

@@ -32,6 +32,8 @@ const KEY_COLUMNS = everyColumnOf<ApiKeyRow>()([
   'revoked_at',
   'last_used_at',
   'replaced_by',
+  'restrictions',
+  'last_used_address',
 ]);
 
 /**
@@ -89,6 +91,13 @@ export async function countActiveApiKeys(db: Db, accountId: string, now: string)
   return Number(row.count);
 }
 
+/** What a change of a key (D32) may set: its name, its expiry and its restrictions. */
+export type ApiKeyChanges = Partial<Pick<ApiKeyRow, 'name' | 'expires_at' | 'restrictions'>>;
+
+export async function updateApiKey(db: Db, keyId: string, changes: ApiKeyChanges): Promise<void> {
+  await db.updateTable('api_keys').set(changes).where('id', '=', keyId).execute();
+}
+
 /** Marks a key revoked; returns false when it already was (or does not exist). */
 export async function revokeApiKey(db: Db, keyId: string, at: string): Promise<boolean> {
   const result = await db
@@ -122,26 +131,44 @@ export async function markRolled(db: Db, keyId: string, successor: string, at: s
   return result.numUpdatedRows > 0n;
 }
 
+/** When a key was last used, and from which client address when that is known. */
+export interface LastUse {
+  readonly at: string;
+  readonly address: string | null;
+}
+
 /**
- * Records when keys were last used, in one statement per batch. A time never moves backwards, so
- * that two processes flushing in either order leave the later time.
+ * Records when keys were last used and from where, in one statement per batch. A time never moves
+ * backwards, and an address moves with its time, so that two processes flushing in either order leave
+ * the later use.
  */
-export async function recordLastUsed(db: Db, usage: ReadonlyMap<string, string>): Promise<void> {
+export async function recordLastUsed(db: Db, usage: ReadonlyMap<string, LastUse>): Promise<void> {
   const entries = [...usage];
   if (entries.length === 0) return;
+  const id = sql.ref('id');
+  const usedAt = sql.ref('last_used_at');
   // One \`when\` per key, joined once: Kysely's case builder copies its list of \`when\`s at each one it
-  // adds, which for a batch of 500 keys was 125,000 copies on the event loop every flush.
-  const later = ([id, at]: [string, string]) =>
-    sql`when ${sql.ref('id')} = ${id} and (${sql.ref('last_used_at')} is null or ${sql.ref('last_used_at')} < ${at}) then ${at}`;
+  // adds, which for a batch of 500 keys was 125,000 copies on the event loop every flush. Both columns
+  // compare with the time as stored before this statement.
+  const later = ([keyId, use]: [string, LastUse]) =>
+    sql`when ${id} = ${keyId} and (${usedAt} is null or ${usedAt} < ${use.at}) then ${use.at}`;
+  const from = ([keyId, use]: [string, LastUse]) =>
+    sql`when ${id} = ${keyId} and (${usedAt} is null or ${usedAt} <= ${use.at}) then ${use.address}`;
+  const addressed = entries.filter(([, use]) => use.address !== null);
   await db
     .updateTable('api_keys')
     .set({
-      last_used_at: sql<string>`case ${sql.join(entries.map(later), sql` `)} else ${sql.ref('last_used_at')} end`,
+      last_used_at: sql<string>`case ${sql.join(entries.map(later), sql` `)} else ${usedAt} end`,
+      ...(addressed.length === 0
+        ? {}
+        : {
+            last_used_address: sql<string>`case ${sql.join(addressed.map(from), sql` `)} else ${sql.ref('last_used_address')} end`,
+          }),
     })
     .where(
       'id',
       'in',
-      entries.map(([id]) => id),
+      entries.map(([keyId]) => keyId),
     )
     .execute();
 }

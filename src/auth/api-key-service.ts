@@ -13,9 +13,28 @@ import {
 } from '../foundation/errors.js';
 import { type PageRequest, readPage } from '../foundation/paging.js';
 import { type Environment, generateApiKey, parseApiKey } from '../schemas/api-key-format.js';
-import type { ApiKey, ApiKeyPage, CreateApiKeyBody, CreatedApiKey, Scope } from '../schemas/identity.js';
+import type {
+  ApiKey,
+  ApiKeyPage,
+  CreateApiKeyBody,
+  CreatedApiKey,
+  KeyRestrictions,
+  KeyUsage,
+  KeyUsageQuery,
+  Scope,
+  UpdateApiKeyBody,
+} from '../schemas/identity.js';
 import * as repo from './api-key-repository.js';
 import { KEY_CHANGED_PREFIX } from './api-key-verifier.js';
+import { accountCrossedThresholds } from './key-expiry-notices.js';
+import {
+  canonicalRestrictions,
+  type DeploymentRate,
+  mergeRestrictions,
+  readRestrictions,
+  storedRestrictions,
+} from './key-restrictions.js';
+import { usageReport } from './key-usage-report.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 
@@ -36,6 +55,8 @@ export interface ApiKeyServiceOptions {
   readonly environment: Environment;
   /** D20: keys an account may hold that are neither revoked nor expired. */
   readonly maxKeysPerAccount: number;
+  /** D32: the deployment's rate limit (D10), which no key's own may exceed. */
+  readonly deploymentRate: DeploymentRate;
   readonly hasher: SecretHasher;
   readonly revocations: Broadcast;
   /** Uses not yet written, so that a list shows them before the next flush. */
@@ -62,6 +83,7 @@ export function toApiKey(row: ApiKeyRow, pendingLastUsed?: string): ApiKey {
     ...(lastUsedAt === null ? {} : { lastUsedAt }),
     ...(row.revoked_at === null ? {} : { revokedAt: row.revoked_at }),
     ...(row.replaced_by === null ? {} : { replacedBy: row.replaced_by }),
+    restrictions: readRestrictions(row.restrictions),
   };
 }
 
@@ -93,20 +115,16 @@ export class ApiKeyService {
 
   private async createAs(acting: Acting, input: CreateApiKeyBody): Promise<CreatedApiKey> {
     const now = this.now();
-    let expiresAt: string | undefined;
-    if (input.expiresAt !== undefined) {
-      const at = Date.parse(input.expiresAt);
-      if (Number.isNaN(at)) throw InputError.of('body', 'expiresAt', 'must be an RFC 3339 date-time');
-      if (at <= now) throw InputError.of('body', 'expiresAt', 'must be in the future');
-      expiresAt = new Date(at).toISOString();
-    }
-    const minted = this.mint(acting, { ...input, expiresAt }, now);
+    const expiresAt = input.expiresAt === undefined ? undefined : futureTime(input.expiresAt, now);
+    const restrictions = canonicalRestrictions(input.restrictions, this.options.deploymentRate);
+    const minted = this.mint(acting, { ...input, expiresAt, restrictions }, now);
     const at = minted.row.created_at;
     await this.options.writes.run('key-create', { ...acting.writer, at }, async (write) => {
       if (await createAccountIfAbsent(write.db, input.accountId, at)) {
         await write.append([accountCreated(input.accountId)]);
       }
       await this.insertWithinCap(write.db, minted.row, 0);
+      await accountCrossedThresholds(write.db, minted.row.id, minted.row.expires_at, now);
       await write.append([keyChange(minted.row, 'api_key.created', `API key ${minted.row.id} created`)]);
     });
     return minted.created;
@@ -135,9 +153,15 @@ export class ApiKeyService {
       const trx = write.db;
       const old = await repo.findApiKey(trx, keyId);
       if (!old || !acting.mayActFor(old.account_id)) throw new NotFoundError('no such API key');
+      // The successor is limited as the key it replaces (D32).
       const minted = this.mint(
         acting,
-        { name: old.name, accountId: old.account_id, scopes: JSON.parse(old.scopes) as Scope[] },
+        {
+          name: old.name,
+          accountId: old.account_id,
+          scopes: JSON.parse(old.scopes) as Scope[],
+          restrictions: readRestrictions(old.restrictions),
+        },
         now,
       );
       // The old key stays counted while it overlaps: one roll may go one past the cap, never two.
@@ -173,7 +197,13 @@ export class ApiKeyService {
   /** A new key's row and its one-time answer; nothing is stored yet. */
   private mint(
     acting: Acting,
-    input: { name: string; accountId: string; scopes: Scope[]; expiresAt?: string | undefined },
+    input: {
+      name: string;
+      accountId: string;
+      scopes: Scope[];
+      expiresAt?: string | undefined;
+      restrictions: KeyRestrictions | null;
+    },
     now: number,
   ): { row: ApiKeyRow; created: CreatedApiKey } {
     const { key, keyId, secret, environment } = generateApiKey(this.options.environment);
@@ -190,6 +220,8 @@ export class ApiKeyService {
       revoked_at: null,
       last_used_at: null,
       replaced_by: null,
+      restrictions: storedRestrictions(input.restrictions),
+      last_used_address: null,
     };
     return { row, created: { ...toApiKey(row), key } };
   }
@@ -234,6 +266,96 @@ export class ApiKeyService {
 
   private toApiKey(row: ApiKeyRow): ApiKey {
     return toApiKey(row, this.options.usage?.pending(row.id));
+  }
+
+  /** One key of an account the user may act for; any other is 404, like one that does not exist. */
+  async getFor(user: KeyManager, keyId: string): Promise<ApiKey> {
+    const row = await repo.findApiKey(this.db, keyId);
+    if (!row || !user.accounts.includes(row.account_id)) throw new NotFoundError('no such API key');
+    return this.toApiKey(row);
+  }
+
+  /** One key, of any account (`playbook keys`); 404 when it does not exist. */
+  async get(keyId: string): Promise<ApiKey> {
+    const row = await repo.findApiKey(this.db, keyId);
+    if (!row) throw new NotFoundError(`no API key ${keyId}`);
+    return this.toApiKey(row);
+  }
+
+  /**
+   * How a key of an account the user may act for was used (D32): its answers counted by bucket and
+   * outcome, from what every instance has flushed and what this one has not yet, and its last use.
+   * Another account's key is 404; a range past what is kept, or empty, 400.
+   */
+  async usageFor(user: KeyManager, keyId: string, query: KeyUsageQuery): Promise<KeyUsage> {
+    return this.usageAs(userActing(user), keyId, query);
+  }
+
+  /** How a key of any account was used (`playbook keys usage`); 404 when it does not exist. */
+  async usage(keyId: string, query: KeyUsageQuery): Promise<KeyUsage> {
+    return this.usageAs(OPERATOR, keyId, query);
+  }
+
+  private async usageAs(acting: Acting, keyId: string, query: KeyUsageQuery): Promise<KeyUsage> {
+    const row = await repo.findApiKey(this.db, keyId);
+    if (!row || !acting.mayActFor(row.account_id)) throw new NotFoundError('no such API key');
+    return usageReport(this.db, row, query, this.now(), this.options.usage);
+  }
+
+  /**
+   * Changes a key's name, expiry and restrictions (D32), as a JSON Merge Patch: what the patch leaves
+   * out is unchanged, `null` lifts an expiry or a restriction. A key of an account the user may not act
+   * for is 404; a revoked or expired key is 409 `key_inactive`, a rolled one 409 `key_already_rolled`
+   * (its successor is the key to change). Nothing is written on a refusal, nor for a patch that changes
+   * nothing; a change is an `api_key.updated` change of the log, and every instance applies it as it
+   * applies a revocation.
+   */
+  async updateFor(user: KeyManager, keyId: string, patch: UpdateApiKeyBody): Promise<ApiKey> {
+    return this.updateAs(userActing(user), keyId, patch);
+  }
+
+  /** Changes a key as an operator (`playbook keys restrict`), of any account. */
+  async update(keyId: string, patch: UpdateApiKeyBody): Promise<ApiKey> {
+    return this.updateAs(OPERATOR, keyId, patch);
+  }
+
+  private async updateAs(acting: Acting, keyId: string, patch: UpdateApiKeyBody): Promise<ApiKey> {
+    const now = this.now();
+    const at = new Date(now).toISOString();
+    const expiresAt = patch.expiresAt ? futureTime(patch.expiresAt, now) : patch.expiresAt;
+    const { row, changed } = await this.options.writes.run(
+      'key-update',
+      { ...acting.writer, at },
+      async (write) => {
+        const current = await repo.findApiKey(write.db, keyId);
+        if (!current || !acting.mayActFor(current.account_id)) throw new NotFoundError('no such API key');
+        refuseChangeOf(current, now);
+        const restrictions = mergeRestrictions(
+          readRestrictions(current.restrictions),
+          patch.restrictions,
+          this.options.deploymentRate,
+        );
+        const next: ApiKeyRow = {
+          ...current,
+          name: patch.name ?? current.name,
+          expires_at: expiresAt === undefined ? current.expires_at : expiresAt,
+          restrictions: storedRestrictions(restrictions),
+        };
+        const fields = (['name', 'expires_at', 'restrictions'] as const).filter(
+          (field) => next[field] !== current[field],
+        );
+        if (fields.length === 0) return { row: current, changed: false };
+        await repo.updateApiKey(write.db, keyId, Object.fromEntries(fields.map((f) => [f, next[f]])));
+        if (fields.includes('expires_at'))
+          await accountCrossedThresholds(write.db, keyId, next.expires_at, now);
+        const named = fields.map((field) => (field === 'expires_at' ? 'expiresAt' : field)).join(', ');
+        await write.append([keyChange(current, 'api_key.updated', `API key ${keyId} changed: ${named}`)]);
+        return { row: next, changed: true };
+      },
+    );
+    // Every instance reads the key again at once rather than within a second, as after a roll.
+    if (changed) await this.options.revocations.publish(`${KEY_CHANGED_PREFIX}${keyId}`);
+    return this.toApiKey(row);
   }
 
   /**
@@ -323,6 +445,28 @@ function keyChange(
   summary: string,
 ): NewChange {
   return { namespace: row.account_id, type, target: { kind: 'api_key', id: row.id }, summary };
+}
+
+/** An RFC 3339 time in the future, in UTC milliseconds; else a 400 naming `expiresAt`. */
+function futureTime(text: string, now: number): string {
+  const at = Date.parse(text);
+  if (Number.isNaN(at)) throw InputError.of('body', 'expiresAt', 'must be an RFC 3339 date-time');
+  if (at <= now) throw InputError.of('body', 'expiresAt', 'must be in the future');
+  return new Date(at).toISOString();
+}
+
+/**
+ * A key that no longer works, or that a roll replaced, is not changed (D32): a revoked or expired one
+ * would come back to life with a new expiry, and a rolled one hands over to its successor.
+ */
+function refuseChangeOf(row: ApiKeyRow, now: number): void {
+  if (row.revoked_at !== null) {
+    throw new ConflictError('the API key is revoked; create a new key instead', 'key_inactive');
+  }
+  if (row.replaced_by !== null) throw new KeyAlreadyRolledError(row.replaced_by);
+  if (row.expires_at !== null && Date.parse(row.expires_at) <= now) {
+    throw new ConflictError('the API key has expired; create a new key instead', 'key_inactive');
+  }
 }
 
 /** A 403 unless the user's access token names `accountId` among the accounts it may act for. */

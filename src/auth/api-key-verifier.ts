@@ -8,12 +8,14 @@ import type { Environment } from '../schemas/api-key-format.js';
 import { apiKeyParts, parseApiKey } from '../schemas/api-key-format.js';
 import type { Scope } from '../schemas/identity.js';
 import type { ApiKeyWithPlan } from './api-key-repository.js';
+import { compileRestrictions, type Restrictions, readRestrictions } from './key-restrictions.js';
 import { digestsEqual, type SecretHasher } from './secret-digest.js';
 import type { UsageRecorder } from './usage-recorder.js';
 
 /**
  * What the key bus carries (`revocations`): a key id alone is a revocation, final; `changed:<keyId>` is
- * a key whose row changed otherwise (a roll moved its expiry), to be read again.
+ * a key whose row changed otherwise (a roll moved its expiry, a change set its restrictions), to be
+ * read again.
  */
 export const KEY_CHANGED_PREFIX = 'changed:';
 
@@ -28,6 +30,8 @@ export interface VerifiedApiKey {
   readonly accountId: string;
   readonly plan: string;
   readonly scopes: ReadonlySet<Scope>;
+  /** D32: compiled once per read of the key, shared by every request that presents it. */
+  readonly restrictions: Restrictions | null;
 }
 
 interface CachedKey {
@@ -35,6 +39,7 @@ interface CachedKey {
   readonly accountId: string;
   readonly plan: string;
   readonly scopes: ReadonlySet<Scope>;
+  readonly restrictions: Restrictions | null;
   readonly environment: string;
   readonly digest: Buffer;
   readonly expiresAtMs: number | null;
@@ -139,7 +144,7 @@ export class ApiKeyVerifier {
       // And the same storage read: an unknown id is always read from storage, so a wrong secret for a
       // cached key is too. Otherwise the time of a refusal would tell which key ids exist.
       if (!fresh.loaded) await this.options.lookup.find(parsed.keyId);
-      throw new AuthenticationError('the API key is not valid', 'invalid');
+      throw new AuthenticationError('the API key is not valid', 'invalid', entry?.keyId);
     }
     this.adopt(entry, fresh);
     const refusal = this.refusalOf(entry, now);
@@ -175,32 +180,44 @@ export class ApiKeyVerifier {
     if (fresh.epoch === this.revocationEpoch) this.cache.set(entry.keyId, entry);
     // A read begun before a revocation was announced says what was true then: the mark it left wins.
     else if (this.cache.get(entry.keyId)?.revoked) {
-      throw new AuthenticationError('the API key has been revoked', 'revoked');
+      throw new AuthenticationError('the API key has been revoked', 'revoked', entry.keyId);
     }
   }
 
   /** Why a key whose secret matched is refused all the same, if it is. */
   private refusalOf(entry: CachedKey, now: number): AuthenticationError | undefined {
     const { environment } = this.options;
-    if (entry.revoked) return new AuthenticationError('the API key has been revoked', 'revoked');
+    const { keyId } = entry;
+    if (entry.revoked) return new AuthenticationError('the API key has been revoked', 'revoked', keyId);
     if (entry.expiresAtMs !== null && entry.expiresAtMs <= now) {
-      return new AuthenticationError('the API key has expired', 'expired');
+      return new AuthenticationError('the API key has expired', 'expired', keyId);
     }
     if (entry.environment !== environment) {
-      return new AuthenticationError(`this deployment accepts only ${environment} API keys`, 'environment');
+      return new AuthenticationError(
+        `this deployment accepts only ${environment} API keys`,
+        'environment',
+        keyId,
+      );
     }
     return undefined;
   }
 
   private grant(entry: CachedKey, now: number): VerifiedApiKey {
     this.options.usage.record(entry.keyId, now);
-    return { keyId: entry.keyId, accountId: entry.accountId, plan: entry.plan, scopes: entry.scopes };
+    return {
+      keyId: entry.keyId,
+      accountId: entry.accountId,
+      plan: entry.plan,
+      scopes: entry.scopes,
+      restrictions: entry.restrictions,
+    };
   }
 
   /**
-   * What the change log says changed (D26): a key revoked is refused from memory, a key rolled (its
-   * expiry moved) or a key of an account whose plan changed is read from storage again at its next use, however the change reached the log (another instance,
-   * a command on another process) and whether or not Redis announced it.
+   * What the change log says changed (D26): a key revoked is refused from memory; a key rolled (its
+   * expiry moved) or changed (D32), or a key of an account whose plan changed, is read from storage
+   * again at its next use, however the change reached the log (another instance, a command on another
+   * process) and whether or not Redis announced it.
    */
   follow(followed: FollowedChanges): void {
     if (followed.startAfresh) {
@@ -211,8 +228,9 @@ export class ApiKeyVerifier {
     for (const change of followed.changes) {
       if (change.type === 'api_key.revoked' || change.type === 'api_key.leak_revoked') {
         this.revoked(change.target.id);
-      } else if (change.type === 'api_key.rolled') {
-        // The rolled key now expires at the end of its overlap: read again.
+      } else if (change.type === 'api_key.rolled' || change.type === 'api_key.updated') {
+        // The rolled key now expires at the end of its overlap; a changed key has a new name, expiry
+        // or restrictions (D32): read again.
         this.changed(change.target.id);
       } else if (change.type === 'account.plan_changed') {
         this.revocationEpoch++;
@@ -300,6 +318,7 @@ export class ApiKeyVerifier {
       accountId: row.account_id,
       plan: row.plan,
       scopes: new Set(JSON.parse(row.scopes) as Scope[]),
+      restrictions: compileRestrictions(readRestrictions(row.restrictions)),
       environment: row.environment,
       digest: Buffer.from(row.secret_hash, 'hex'),
       expiresAtMs: row.expires_at === null ? null : Date.parse(row.expires_at),

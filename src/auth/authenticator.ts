@@ -1,11 +1,19 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import type { FastifyContextConfig, FastifyReply, FastifyRequest, onRequestHookHandler } from 'fastify';
-import { AuthenticationError, ForbiddenError } from '../foundation/errors.js';
+import type {
+  FastifyContextConfig,
+  FastifyReply,
+  FastifyRequest,
+  onRequestHookHandler,
+  onResponseHookHandler,
+} from 'fastify';
+import { AuthenticationError, ForbiddenError, RateLimitError } from '../foundation/errors.js';
 import type { CountedSeries, Metrics } from '../observability/metrics.js';
 import type { Scope } from '../schemas/identity.js';
 import type { TokenKeys } from './access-tokens.js';
+import { addressAllowed } from './key-restrictions.js';
 import type { Principal } from './principal.js';
 import type { AccessLimiter } from './rate-limits.js';
+import type { KeyUsage } from './usage-recorder.js';
 
 /** Which credentials a route takes: the reads take either; key management only an access token (D8). */
 export type CredentialPolicy = 'api-key-or-token' | 'access-token';
@@ -39,7 +47,8 @@ declare module 'fastify' {
 /**
  * Each route states its needs in one line of `config`; this hook, bound to each route that states
  * them when the route is added, enforces them before validation, in this order: authentication, the
- * per-credential rate limit (so a 403 counts and carries the headers too), then the scope. Routes
+ * per-credential rate limit (so a 403 counts and carries the headers too), then the scope; a key
+ * restricted to some addresses (D32) is refused first from any other. Routes
  * that take no credential (health, readiness, the OpenAPI document, the docs, unknown paths) are
  * neither authenticated nor counted (D10).
  *
@@ -52,16 +61,39 @@ export function authHook(
   limiter: AccessLimiter,
   needs: NonNullable<FastifyContextConfig['auth']>,
   counts: AuthenticationCounts,
+  usage?: KeyUsage,
 ): onRequestHookHandler {
   const admit = (
     request: FastifyRequest,
     reply: FastifyReply,
     principal: Principal,
   ): void | Promise<void> => {
+    if (!addressAllowed(principal.restrictions, request.ip)) {
+      return refuseAddress(request, reply, principal);
+    }
     counts.accepted[KIND_OF[principal.credential.kind]].inc();
     request.principal = principal;
     const counted = limiter.consume(request, reply);
     return counted instanceof Promise ? counted.then(() => checkScope(principal)) : checkScope(principal);
+  };
+  /**
+   * D32: a key sent from an address its `allowedIps` do not hold is refused with 403, named neither
+   * list nor address. The refusal counts against the address as a failed authentication does (D10),
+   * not against the key: whoever holds a leaked key elsewhere cannot use up its budget.
+   */
+  const refuseAddress = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    principal: Principal,
+  ): Promise<void> => {
+    counts.metrics.authentications.inc({ kind: 'api_key', outcome: 'refused', reason: 'address' });
+    await countedFailure(request, reply, keyIdOf(principal));
+    // The access line names the key refused, and its usage counts the refusal with where it came from.
+    request.principal = principal;
+    throw new ForbiddenError(
+      'this API key is not accepted from the address of this request',
+      'ip_not_allowed',
+    );
   };
   const checkScope = (principal: Principal): void => {
     if (needs.scope && !principal.scopes.has(needs.scope)) {
@@ -79,11 +111,26 @@ export function authHook(
           outcome: 'refused',
           reason: error.reason,
         });
-        await limiter.recordFailure(request, reply);
+        await countedFailure(request, reply, error.keyId);
+        // D32: a refusal of a key id that exists counts in that key's usage.
+        if (error.keyId !== undefined) usage?.count(error.keyId, 401);
       }
       throw error;
     }
     await admit(request, reply, principal);
+  };
+  /** A failed authentication counted against the address; a 429 past its budget counts in the key's usage. */
+  const countedFailure = async (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    keyId: string | undefined,
+  ): Promise<void> => {
+    try {
+      await limiter.recordFailure(request, reply);
+    } catch (error) {
+      if (error instanceof RateLimitError && keyId !== undefined) usage?.count(keyId, 429);
+      throw error;
+    }
   };
   // A key held in memory, counted in memory, is admitted without a promise: the common case of a busy
   // service, where each promise would be a measurable part of the request.
@@ -98,6 +145,25 @@ export function authHook(
     }
     if (admitted instanceof Promise) admitted.then(() => done(), done);
     else done();
+  };
+}
+
+/** The key a principal was made from, if any. */
+function keyIdOf(principal: Principal): string | undefined {
+  return principal.credential.kind === 'api-key' ? principal.credential.keyId : undefined;
+}
+
+/**
+ * D32: counts each answer of a request made with an API key in the key's usage, once it is sent, with
+ * the request's client address as the key's last use. Bound to every route that takes a credential,
+ * beside `authHook`; a request with an access token, or refused before its key was known, counts here
+ * for nothing (`authHook` counts the refusals of key ids that exist).
+ */
+export function usageHook(usage: KeyUsage): onResponseHookHandler {
+  return (request, reply, done) => {
+    const credential = request.principal?.credential;
+    if (credential?.kind === 'api-key') usage.count(credential.keyId, reply.statusCode, request.ip);
+    done();
   };
 }
 

@@ -39,6 +39,7 @@ function principalOf(key: VerifiedApiKey): Principal {
     plan: key.plan,
     scopes: key.scopes,
     credential: { kind: 'api-key', keyId: key.keyId },
+    restrictions: key.restrictions,
   };
 }
 
@@ -148,6 +149,7 @@ export class CredentialAuthenticator implements Authenticator, CredentialCheck {
       plan: accountId === null ? DEFAULT_PLAN : await this.plans.planOf(accountId),
       scopes: TOKEN_SCOPES,
       credential: { kind: 'access-token', subject, accounts, expiresAt },
+      restrictions: null,
     };
   }
 }

@@ -12,6 +12,7 @@ import { ApiKeyService } from './api-key-service.js';
 import { type ApiKeyLookup, ApiKeyVerifier } from './api-key-verifier.js';
 import { CredentialAuthenticator } from './credential-authenticator.js';
 import { DevTokenSigner } from './dev-signer.js';
+import { KeyExpiryNotices } from './key-expiry-notices.js';
 import { LeakReportSignatures } from './leak-reports.js';
 import { MemoryRateCounter, type RateCounter, RateLimits } from './rate-limits.js';
 import { type SecretHasher, sha256Hasher } from './secret-digest.js';
@@ -27,6 +28,8 @@ export interface IdentityOptions {
   /** Milliseconds since the epoch; every expiry, window and timestamp reads this clock. */
   readonly now?: () => number;
   readonly usageFlushIntervalMs?: number;
+  /** How often due expiry notices are looked for (a minute). */
+  readonly expiryNoticeIntervalMs?: number;
   /** Tuning of the remote JWKS (cooldown before refetching on an unknown `kid`, cache age). */
   readonly jwks?: RemoteJWKSetOptions;
   /** How often an unknown leak-report key identifier may fetch the key list again (60 s). */
@@ -56,6 +59,8 @@ export interface Identity {
   /** The embedded signer; absent when access tokens come from `PLAYBOOK_JWKS_URL`. */
   readonly signer?: DevTokenSigner;
   readonly usage: UsageRecorder;
+  /** D32: the `api_key.expiring` changes; `serve` starts them once listening. */
+  readonly expiryNotices: KeyExpiryNotices;
   /** What `serve` prints on start for a newcomer. */
   gettingStarted(address: string): string[];
   /** Writes pending `lastUsedAt` times and stops timers. */
@@ -72,7 +77,10 @@ export function createIdentity(
   const now = options.now ?? Date.now;
   const hasher = options.hasher ?? sha256Hasher;
   const revocations = options.revocations ?? new InProcessBroadcast();
-  const usage = new UsageRecorder(db, logger, options.usageFlushIntervalMs);
+  const usage = new UsageRecorder(db, logger, {
+    ...(options.usageFlushIntervalMs === undefined ? {} : { intervalMs: options.usageFlushIntervalMs }),
+    now,
+  });
   const lookups = options.lookups ?? db;
   const storage: ApiKeyLookup = { find: (keyId) => findApiKeyWithPlan(lookups, keyId) };
   const verifier = new ApiKeyVerifier({
@@ -103,13 +111,20 @@ export function createIdentity(
     tokens,
     new AccountPlans(lookups, now, undefined, options.trust),
   );
+  const writes = options.writes ?? new UnitOfWork(db);
+  const expiryNotices = new KeyExpiryNotices(db, writes, {
+    now,
+    logger,
+    ...(options.expiryNoticeIntervalMs === undefined ? {} : { intervalMs: options.expiryNoticeIntervalMs }),
+  });
   const keys = new ApiKeyService(db, {
     environment: config.environment,
     maxKeysPerAccount: config.maxKeysPerAccount,
+    deploymentRate: config.rateLimit,
     hasher,
     revocations,
     usage,
-    writes: options.writes ?? new UnitOfWork(db),
+    writes,
     now,
   });
   const leakSignatures =
@@ -132,8 +147,10 @@ export function createIdentity(
     tokens,
     ...(signer ? { signer } : {}),
     usage,
+    expiryNotices,
     gettingStarted: (address) => gettingStarted(config, address),
     close: async () => {
+      expiryNotices.stop();
       await usage.close();
       verifier.close();
       await revocations.close();

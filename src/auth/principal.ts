@@ -1,4 +1,5 @@
 import type { Scope } from '../schemas/identity.js';
+import type { Restrictions } from './key-restrictions.js';
 
 export type Credential =
   | { readonly kind: 'api-key'; readonly keyId: string }
@@ -21,6 +22,11 @@ export interface Principal {
   readonly plan: string;
   readonly scopes: ReadonlySet<Scope>;
   readonly credential: Credential;
+  /**
+   * D32: what the key is limited to, canonical and compiled once per key read; null for a key without
+   * restrictions and for every access token, so that an unrestricted request checks one null.
+   */
+  readonly restrictions: Restrictions | null;
 }
 
 /**

@@ -2,7 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { LRUCache } from 'lru-cache';
 import { RateLimitError } from '../foundation/errors.js';
 import { growingCache } from '../foundation/growing-cache.js';
-import { type Credential, credentialKey } from './principal.js';
+import { credentialKey, type Principal } from './principal.js';
 
 /**
  * Counts hits per key in fixed windows. The only state rate limiting keeps, behind an interface we
@@ -54,9 +54,17 @@ export class MemoryRateCounter implements RateCounter {
  */
 export const COUNTED_WINDOW = Symbol('counted window');
 
-/** A Node request that may carry the window it was counted in. */
+/** A Node request that may carry the limits it was counted against. */
 export interface CountedRequest {
-  [COUNTED_WINDOW]?: WindowCount;
+  [COUNTED_WINDOW]?: CountedLimits;
+}
+
+/** A request counted against each limit of its credential: the deployment's (D10), and a key's own (D32). */
+export interface CountedLimits {
+  /** What the `RateLimit-*` headers describe: the limit with fewer requests left. */
+  readonly shown: CountedLimit;
+  /** The limits the request went past: none when it is admitted. */
+  readonly exceeded: readonly CountedLimit[];
 }
 
 /** What the auth hook asks of rate limiting (D10). */
@@ -79,9 +87,7 @@ export interface AccessLimiter {
    * the request with its window (`COUNTED_WINDOW`) to the hooks that refuse it. Absent, the fast path
    * counts nothing, as `consume` then counts nothing.
    */
-  count?(credential: Credential): WindowCount | Promise<WindowCount>;
-  /** Requests one credential may make per window. */
-  readonly max?: number;
+  count?(principal: Principal): CountedLimits | Promise<CountedLimits>;
 }
 
 export interface RateLimitSettings {
@@ -126,38 +132,95 @@ export class RateLimits implements AccessLimiter {
     }
   }
 
-  get max(): number {
-    return this.settings.max;
+  count(principal: Principal): CountedLimits | Promise<CountedLimits> {
+    const counted = this.counter.increment(credentialKey(principal.credential), this.settings.windowMs);
+    const own = principal.restrictions?.rateLimit;
+    if (!own) {
+      return counted instanceof Promise
+        ? counted.then((window) => limitsOf([this.deploymentLimit(window)]))
+        : limitsOf([this.deploymentLimit(counted)]);
+    }
+    const ownCounted = this.counter.increment(ownKey(principal, own.windowMs), own.windowMs);
+    const both = (deployment: WindowCount, mine: WindowCount) =>
+      limitsOf([this.deploymentLimit(deployment), { ...mine, ...own, whose: "this key's own limit: " }]);
+    if (counted instanceof Promise || ownCounted instanceof Promise) {
+      return Promise.all([counted, ownCounted]).then(([deployment, mine]) => both(deployment, mine));
+    }
+    return both(counted, ownCounted);
   }
 
-  count(credential: Credential): WindowCount | Promise<WindowCount> {
-    return this.counter.increment(credentialKey(credential), this.settings.windowMs);
-  }
-
+  /**
+   * D32: a key with a rate of its own is counted against both limits, its own shared like the other
+   * (`RateCounter`): past either it gets 429, and the headers describe the one with fewer requests
+   * left. The own count is kept per window length, so that a changed window starts afresh.
+   */
   consume(request: FastifyRequest, reply: FastifyReply, key?: string): void | Promise<void> {
     const before = (request.raw as CountedRequest)[COUNTED_WINDOW];
-    if (before !== undefined && key === undefined) return this.admit(reply, before);
-    const { windowMs } = this.settings;
-    if (!key && !request.principal) {
-      throw new Error('a request counted against its credential before it had one');
+    if (before !== undefined && key === undefined) return judge(reply, before);
+    const { principal } = request;
+    if (key !== undefined) {
+      const counted = this.counter.increment(key, this.settings.windowMs);
+      if (counted instanceof Promise) {
+        return counted.then((window) => judge(reply, limitsOf([this.deploymentLimit(window)])));
+      }
+      return judge(reply, limitsOf([this.deploymentLimit(counted)]));
     }
-    const counted = this.counter.increment(key ?? credentialKey(request.principal!.credential), windowMs);
-    if (counted instanceof Promise) return counted.then((window) => this.admit(reply, window));
-    this.admit(reply, counted);
+    if (!principal) throw new Error('a request counted against its credential before it had one');
+    const counted = this.count(principal);
+    if (counted instanceof Promise) return counted.then((limits) => judge(reply, limits));
+    judge(reply, counted);
   }
 
-  /** The headers of the credential's budget, and a 429 past it. */
-  private admit(reply: FastifyReply, { count, resetInMs }: WindowCount): void {
+  private deploymentLimit(window: WindowCount): CountedLimit {
     const { max, windowMs } = this.settings;
-    describe(reply, max, count, resetInMs);
-    if (count > max) {
-      const retryAfter = seconds(resetInMs);
-      throw new RateLimitError(
-        `at most ${max} requests per ${seconds(windowMs)} s; retry in ${retryAfter} s`,
-        retryAfter,
-      );
+    return { ...window, limit: max, windowMs, whose: '' };
+  }
+}
+
+/** Where a key's own rate (D32) is counted: per window length, so that a changed window starts afresh. */
+function ownKey(principal: Principal, windowMs: number): string {
+  const keyId = principal.credential.kind === 'api-key' ? principal.credential.keyId : '';
+  return `key-rate:${keyId}:${windowMs}`;
+}
+
+/** The limits a request was counted against, judged. */
+function limitsOf(limits: readonly CountedLimit[]): CountedLimits {
+  let shown = limits[0]!;
+  // Fewer requests left, and of two with as few, the one that resets later: it is what waits.
+  for (const limit of limits) {
+    if (left(limit) < left(shown) || (left(limit) === left(shown) && limit.resetInMs > shown.resetInMs)) {
+      shown = limit;
     }
   }
+  return { shown, exceeded: limits.filter((limit) => limit.count > limit.limit) };
+}
+
+/** The headers of the limit with fewer requests left, and a 429 past any. */
+function judge(reply: FastifyReply, { shown, exceeded }: CountedLimits): void {
+  describe(reply, shown.limit, shown.count, shown.resetInMs);
+  if (exceeded.length > 0) throw refusal(exceeded);
+}
+
+/** A window's count beside the limit it is counted against. */
+export interface CountedLimit extends WindowCount {
+  readonly limit: number;
+  readonly windowMs: number;
+  /** How the refusal's message names the limit: empty for the deployment's. */
+  readonly whose: string;
+}
+
+function left(limit: CountedLimit): number {
+  return Math.max(0, limit.limit - limit.count);
+}
+
+/** The 429 of the limits a request went past, retried once the last of their windows closes. */
+function refusal(exceeded: readonly CountedLimit[]): RateLimitError {
+  const retryAfter = seconds(Math.max(...exceeded.map((limit) => limit.resetInMs)));
+  const [first] = exceeded;
+  return new RateLimitError(
+    `${first!.whose}at most ${first!.limit} requests per ${seconds(first!.windowMs)} s; retry in ${retryAfter} s`,
+    retryAfter,
+  );
 }
 
 function describe(reply: FastifyReply, limit: number, count: number, resetInMs: number): void {

@@ -15,7 +15,22 @@ import { SERVICE_NAMESPACE } from '../changes/change-log.js';
 export type Audience =
   | { readonly kind: 'service'; readonly plan: string }
   | { readonly kind: 'account'; readonly accountId: string }
-  | { readonly kind: 'caller'; readonly plan: string; readonly accountId: string | null };
+  | { readonly kind: 'caller'; readonly plan: string; readonly accountId: string | null }
+  | RestrictedAudience;
+
+/**
+ * D32: those of an audience (`within`; null for every caller) whose keys are restricted to the same
+ * Catalogs: the canonical set named by its digest. Lists are shared under it alone, since which
+ * Catalogs they hold depends on the set.
+ */
+export interface RestrictedAudience {
+  readonly kind: 'restricted';
+  readonly digest: string;
+  readonly within: ViewAudience | null;
+}
+
+/** An audience by whose view alone (D5, D6), whatever keys' restrictions. */
+export type ViewAudience = Exclude<Audience, RestrictedAudience>;
 
 /**
  * A read's outcome as the read side knows it: the domain value, the audience that sees the same value,
@@ -39,14 +54,14 @@ export interface Seen<T> {
  * account, so every caller sees the same of it, and plans set some callers apart; an account's content
  * is seen by that account only.
  */
-export function audienceOf(principal: Principal, catalogAccountId: string | null): Audience {
+export function audienceOf(principal: Principal, catalogAccountId: string | null): ViewAudience {
   return catalogAccountId === null
     ? { kind: 'service', plan: principal.plan }
     : { kind: 'account', accountId: catalogAccountId };
 }
 
 /** The caller's own view: what a read is shared under while it is not known whose content it holds. */
-export function callerAudience(principal: Principal): Audience {
+export function callerAudience(principal: Principal): ViewAudience {
   return { kind: 'caller', plan: principal.plan, accountId: principal.accountId };
 }
 
@@ -55,10 +70,21 @@ export function callerAudience(principal: Principal): Audience {
  * every account sees alike, so it is one account's view whatever the caller's plan). A caller with no
  * account selected sees the service's alone, under a caller view of its own.
  */
-export function accountView(principal: Principal): Audience {
+export function accountView(principal: Principal): ViewAudience {
   return principal.accountId === null
     ? callerAudience(principal)
     : { kind: 'account', accountId: principal.accountId };
+}
+
+/**
+ * The audience of a list for `principal`: `audience` itself, unless its key is restricted to some
+ * Catalogs (D32), when only keys restricted to the same set see the same list. One null check for
+ * every other caller.
+ */
+export function listAudience(principal: Principal, audience: ViewAudience | null): Audience | null {
+  const restrictions = principal.restrictions;
+  if (restrictions === null || restrictions.catalogs === null) return audience;
+  return { kind: 'restricted', digest: restrictions.digest, within: audience };
 }
 
 /** The namespace of what `catalogAccountId` (null for the service) owns. */

@@ -3,6 +3,7 @@ import type { ContentReader } from '../content/content-reader.js';
 import type { ReadNow } from '../db/create-db.js';
 import type { CatalogRow, Db } from '../db/tables.js';
 import { ForbiddenError, NotFoundError } from '../foundation/errors.js';
+import { growingCache } from '../foundation/growing-cache.js';
 import { readPage } from '../foundation/paging.js';
 import type { PageMeta } from '../schemas/common.js';
 import type {
@@ -22,6 +23,7 @@ import {
   type Audience,
   accountView,
   audienceOf,
+  listAudience,
   namespaceOf,
   type Seen,
   viewNamespaces,
@@ -50,7 +52,7 @@ import {
   readStoredPins,
   storedPinsText,
 } from './stored-pins.js';
-import { planAllows } from './visibility.js';
+import { catalogAdmitted, planAllows } from './visibility.js';
 
 export interface PageOf<T> {
   readonly data: T[];
@@ -128,6 +130,12 @@ export interface VersionRead {
  */
 export class PlaybookService {
   /**
+   * The Catalog of each Resource a restricted key asked for lately (D32): a Resource never moves, and
+   * a Catalog's owner and slug never change, so what was read once holds.
+   */
+  private readonly places = growingCache<string, CatalogPlace>(KEPT_PLACES);
+
+  /**
    * @param readNow where a search of the read model may be made at once (`Databases.readNow`, SQLite's
    *   reader), for `storedResourceNow`
    */
@@ -138,11 +146,29 @@ export class PlaybookService {
   ) {}
 
   /**
+   * D32: whether `principal`'s key admits the Catalog of the Resource `resourceId`, known at once when
+   * it is not restricted to some Catalogs or the Resource's Catalog was read before; false for a
+   * Resource that does not exist. A Resource's answers (its detail, versions and their list) are the
+   * same for every caller that may see it: once its Catalog is admitted, they are shared.
+   */
+  admitsResource(principal: Principal, resourceId: string): boolean | Promise<boolean> {
+    if (principal.restrictions === null || principal.restrictions.catalogs === null) return true;
+    const place = this.places.get(resourceId);
+    if (place) return catalogAdmitted(principal, place.accountId, place.slug);
+    return repo.catalogOfResource(this.db, resourceId).then((found) => {
+      if (!found) return false;
+      this.places.set(resourceId, found);
+      return catalogAdmitted(principal, found.accountId, found.slug);
+    });
+  }
+
+  /**
    * The audience of a list of Catalogs, known before reading it: the service's Catalogs alone are the
-   * same for every caller; with an account's, the list is that account's view.
+   * same for every caller; with an account's, the list is that account's view; either way, of keys
+   * restricted to the same Catalogs when the caller's is (D32).
    */
   catalogsAudience(principal: Principal, query: ListCatalogsQuery): Audience | null {
-    return serviceOnly(query) ? null : accountView(principal);
+    return listAudience(principal, serviceOnly(query) ? null : accountView(principal));
   }
 
   async listCatalogs(principal: Principal, query: ListCatalogsQuery): Promise<Seen<PageOf<Catalog>>> {
@@ -233,9 +259,14 @@ export class PlaybookService {
     );
     return {
       value: { data: rows.map(toResourceListItem), meta },
-      audience: this.catalogAudience(principal, params),
+      audience: this.resourcesAudience(principal, params),
       namespaces,
     };
+  }
+
+  /** The audience of a list of one Catalog's Resources: its Catalog's, per restriction set (D32). */
+  resourcesAudience(principal: Principal, params: CatalogParams): Audience | null {
+    return listAudience(principal, params.owner === 'svc' ? null : accountView(principal));
   }
 
   async getResource(principal: Principal, resourceId: string): Promise<Seen<ResourceDetail>> {
@@ -255,6 +286,11 @@ export class PlaybookService {
     resourceId: string,
     missing: (resourceId: string) => void,
   ): Promise<Seen<StoredText> | undefined> {
+    // One outside the Catalogs a key is restricted to (D32) is not found either: the read model does
+    // not hold its place.
+    if (principal.restrictions?.catalogs && !(await this.admitsResource(principal, resourceId))) {
+      return undefined;
+    }
     return this.seenOfStored(principal, resourceId, await findStoredDetail(this.db, resourceId), missing);
   }
 
@@ -268,6 +304,8 @@ export class PlaybookService {
     missing: (resourceId: string) => void,
   ): Seen<StoredText> | undefined {
     if (!this.readNow) return undefined;
+    if (principal.restrictions?.catalogs && this.admitsResource(principal, resourceId) !== true)
+      return undefined;
     const row = findStoredDetailNow(this.db, this.readNow, resourceId);
     return this.seenOfStored(principal, resourceId, row, missing);
   }
@@ -431,6 +469,15 @@ function pinsInStorage(db: Db, rows: readonly repo.CatalogListRow[]): PinsInStor
       };
     },
   };
+}
+
+/** Resources whose Catalog is held for restricted keys (D32): a few hundred bytes each. */
+const KEPT_PLACES = 10_000;
+
+/** Where a Resource is: its Catalog's account (null for the service's) and slug. */
+interface CatalogPlace {
+  readonly accountId: string | null;
+  readonly slug: string;
 }
 
 /** Whether a list of Catalogs asks for the service's alone. */

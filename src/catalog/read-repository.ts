@@ -15,6 +15,7 @@ import type { SourceScope } from '../schemas/common.js';
 import type { ResourceKind } from '../schemas/playbook.js';
 import {
   type CatalogOwner,
+  catalogAdmitted,
   catalogVisibleTo,
   currentVersionVisible,
   currentVersionVisibleIn,
@@ -451,7 +452,7 @@ export async function findResource(
         accountId: principal.accountId,
         catalogId: resource.catalog_id,
       });
-      if (!catalog) return undefined;
+      if (!catalog || !catalogAdmitted(principal, catalog.account_id, catalog.slug)) return undefined;
       const [found] = await RESOURCE_BY_ID_IN_CATALOG.run(trx, ownerOf(catalog), {
         catalogId: catalog.id,
         resourceId,
@@ -463,8 +464,36 @@ export async function findResource(
     accountId: principal.accountId,
     resourceId,
   });
-  return detailRowOf(rows[0]);
+  return admittedTo(principal, detailRowOf(rows[0]));
 }
+
+/**
+ * A detail a statement prepared for every caller found, kept when the caller's key admits its Catalog
+ * (D32): such a statement filters by the caller's account alone.
+ */
+function admittedTo(principal: Viewer, row: ResourceDetailRow | undefined): ResourceDetailRow | undefined {
+  return row && catalogAdmitted(principal, row.catalogAccountId, row.catalogSlug) ? row : undefined;
+}
+
+/**
+ * The Catalog of the Resource `resourceId`, whoever may see it: its account (null for the service's)
+ * and its slug, neither of which ever changes. None when the Resource does not exist.
+ */
+export async function catalogOfResource(
+  db: Db,
+  resourceId: string,
+): Promise<{ accountId: string | null; slug: string } | undefined> {
+  const [row] = await CATALOG_PLACE_OF_RESOURCE.run(db, 'any', { resourceId });
+  return row && { accountId: row.account_id, slug: row.slug };
+}
+
+const CATALOG_PLACE_OF_RESOURCE = new PreparedQuery(['resourceId'], (db, slot, _shape: 'any') =>
+  db
+    .selectFrom('resources')
+    .innerJoin('catalogs', 'catalogs.id', 'resources.catalog_id')
+    .select(['catalogs.account_id', 'catalogs.slug'])
+    .where('resources.id', '=', slot.resourceId),
+);
 
 /** The account of the Catalog of the Resource `resourceId` (null for the service's); none when absent. */
 export async function ownerOfResource(
@@ -495,7 +524,7 @@ export async function findResourceByRef(
         accountId: principal.accountId,
         catalogSlug,
       });
-      if (!catalog) return undefined;
+      if (!catalog || !catalogAdmitted(principal, catalog.account_id, catalog.slug)) return undefined;
       const [found] = await RESOURCE_BY_SLUG_IN_CATALOG.run(trx, ownerOf(catalog), {
         catalogId: catalog.id,
         resourceSlug,
@@ -508,7 +537,7 @@ export async function findResourceByRef(
     catalogSlug,
     resourceSlug,
   });
-  return detailRowOf(rows[0]);
+  return admittedTo(principal, detailRowOf(rows[0]));
 }
 
 /**

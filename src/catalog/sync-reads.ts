@@ -17,6 +17,7 @@ import {
   type VisibleCatalog,
 } from './read-repository.js';
 import {
+  catalogAdmitted,
   catalogVisibleTo,
   currentVersionVisible,
   currentVersionVisibleIn,
@@ -218,4 +219,25 @@ export async function inVisibleCatalogs(
     .where('resources.id', 'in', [...ids])
     .execute();
   return new Set(rows.map((row) => row.id));
+}
+
+/**
+ * D32: of the Catalogs of `ids`, those `principal`'s key admits whatever their state (every one for a
+ * key not restricted to some Catalogs): a Catalog outside them was never in the key's view, so
+ * nothing of it is told, not even that it left.
+ */
+export async function admittedCatalogs(
+  db: Db,
+  principal: Principal,
+  ids: readonly string[],
+): Promise<ReadonlySet<string>> {
+  if (ids.length === 0 || !principal.restrictions?.catalogs) return new Set(ids);
+  const rows = await db
+    .selectFrom('catalogs')
+    .select(['catalogs.id', 'catalogs.account_id', 'catalogs.slug'])
+    .where('catalogs.id', 'in', [...ids])
+    .execute();
+  return new Set(
+    rows.filter((row) => catalogAdmitted(principal, row.account_id, row.slug)).map((row) => row.id),
+  );
 }

@@ -1,4 +1,5 @@
 import type { Expression, ExpressionBuilder, SqlBool } from 'kysely';
+import type { SlugGrant } from '../auth/key-restrictions.js';
 import type { Principal } from '../auth/principal.js';
 import type { Database, ResourceVersionTable } from '../db/tables.js';
 import type { Facets } from '../schemas/common.js';
@@ -9,22 +10,56 @@ import type { Facets } from '../schemas/common.js';
  */
 
 /**
- * What visibility depends on: the caller's account alone. A query built once for every caller with an
- * account (prepared-query.ts) is built from this, with the account as a value.
+ * What visibility depends on: the caller's account, and the Catalogs its key is restricted to (D32),
+ * when it is. A query built once for every caller with an account (prepared-query.ts) is built from
+ * the account alone, as a value: a restricted caller's reads through one check what it returns
+ * (`catalogAdmitted`).
  */
-export type Viewer = Pick<Principal, 'accountId'>;
+export type Viewer = Pick<Principal, 'accountId'> & { readonly restrictions?: Principal['restrictions'] };
 
-/** Service-owned Catalogs in `active` or `archived`, and every Catalog of the caller's account. */
+/**
+ * Service-owned Catalogs in `active` or `archived`, and every Catalog of the caller's account; of
+ * those, for a key restricted to some Catalogs (D32), the ones its `catalogs` admit.
+ */
 export function catalogVisibleTo(principal: Viewer) {
+  const grant = principal.restrictions?.catalogs ?? null;
   return (eb: ExpressionBuilder<Database, 'catalogs'>): Expression<SqlBool> => {
     const published = eb.and([
       eb('catalogs.account_id', 'is', null),
       eb('catalogs.status', 'in', ['active', 'archived']),
+      ...(grant === null ? [] : [slugAdmitted(eb, grant.svc)]),
     ]);
-    return principal.accountId === null
-      ? published
-      : eb.or([published, eb('catalogs.account_id', '=', principal.accountId)]);
+    if (principal.accountId === null) return published;
+    const own = eb('catalogs.account_id', '=', principal.accountId);
+    return eb.or([published, grant === null ? own : eb.and([own, slugAdmitted(eb, grant.org)])]);
   };
+}
+
+/** The Catalogs of one owner a key's grant admits, by slug. */
+function slugAdmitted(eb: ExpressionBuilder<Database, 'catalogs'>, slugs: SlugGrant): Expression<SqlBool> {
+  if (slugs === '*') return eb.lit(true);
+  return slugs.size === 0 ? eb.lit(false) : eb('catalogs.slug', 'in', [...slugs]);
+}
+
+/**
+ * D32: whether a key's `catalogs` admit the Catalog `slug` of `catalogAccountId` (null for the
+ * service): every Catalog for a caller not restricted to some; else a service Catalog that a `svc/…`
+ * entry names, or one of the caller's own account that an `org/…` entry names. A read that its
+ * statement cannot restrict (a statement prepared for every caller) checks what it found with this.
+ */
+export function catalogAdmitted(viewer: Viewer, catalogAccountId: string | null, slug: string): boolean {
+  const grant = viewer.restrictions?.catalogs;
+  if (!grant) return true;
+  if (catalogAccountId !== null && catalogAccountId !== viewer.accountId) return false;
+  const slugs = catalogAccountId === null ? grant.svc : grant.org;
+  return slugs === '*' || slugs.has(slug);
+}
+
+/** `catalogAdmitted` of the Catalog a human ref `owner/slug` names to the caller (D5: `org` is its own). */
+export function catalogRefAdmitted(viewer: Viewer, owner: 'svc' | 'org', slug: string): boolean {
+  if (!viewer.restrictions?.catalogs) return true;
+  if (owner === 'svc') return catalogAdmitted(viewer, null, slug);
+  return viewer.accountId !== null && catalogAdmitted(viewer, viewer.accountId, slug);
 }
 
 /** A Resource of a visible Catalog, unless it is a service-owned draft. */

@@ -23,6 +23,9 @@ export type WriteName =
   | 'key-create'
   | 'key-roll'
   | 'key-revoke'
+  | 'key-update'
+  /** D32: an `api_key.expiring` change, made by the service. */
+  | 'key-expiry-notice'
   | 'account-set'
   | 'webhook-endpoint'
   /** Rows of the read model of details (D30), written by the service itself. */

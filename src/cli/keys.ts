@@ -17,6 +17,15 @@ import {
 } from '../schemas/identity.js';
 import { compileCheck, problemsOf } from '../schemas/schema-check.js';
 import { type CliContext, CommandError } from './context.js';
+import {
+  collect,
+  describeRestrictions,
+  type RestrictionFlags,
+  registerKeyRestrictionCommands,
+  restrictionFlagOf,
+  restrictionsOf,
+  withRestrictionFlags,
+} from './key-restrictions.js';
 import { printable, printableJson } from './printable.js';
 import {
   callFailed,
@@ -49,11 +58,6 @@ function statusOf(key: ApiKey, now: number): string {
   return 'active';
 }
 
-/** A repeatable option's values, in order. */
-function collect(value: string, previous: string[] = []): string[] {
-  return [...previous, value];
-}
-
 function parseOverlap(value: string): number {
   const seconds = Number(value);
   if (!/^\d{1,6}$/.test(value) || seconds > MAX_ROLL_OVERLAP_S) {
@@ -67,7 +71,7 @@ interface Output {
 }
 
 /**
- * `playbook keys create|roll|revoke|list` and `playbook keys scan` (D14, D22, D29): what an account
+ * `playbook keys create|roll|revoke|list|restrict|usage` and `playbook keys scan` (D14, D22, D29, D32): what an account
  * owner does with API keys. With `--url` or `PLAYBOOK_URL`, the commands act through the running
  * service as the user of `PLAYBOOK_ACCESS_TOKEN` (key management takes an access token, never an API
  * key, D8); without, on the configured storage as an operator, through the same services and so the
@@ -80,17 +84,22 @@ interface Output {
  * npx playbook keys list --account demo
  * npx playbook keys roll 3fZk9QwPq0LmT2Ab --overlap 3600
  * npx playbook keys revoke 3fZk9QwPq0LmT2Ab
+ * npx playbook keys create --account demo --name ci --scope playbook:read --catalog org/runbooks --rate 100/60s
+ * npx playbook keys restrict 3fZk9QwPq0LmT2Ab --allow-ip 10.0.0.0/8 --lift rate
+ * npx playbook keys usage 3fZk9QwPq0LmT2Ab
  * PLAYBOOK_URL=https://playbook.example.com PLAYBOOK_ACCESS_TOKEN=$TOKEN npx playbook keys list --account acme
  * npx playbook keys scan .
  */
 export function registerKeysCommand(program: Command, context: CliContext): void {
   const keys = program
     .command('keys')
-    .description("create, roll, revoke or list an account's API keys, or scan files for keys")
+    .description(
+      "create, roll, revoke, restrict or list an account's API keys, show a key's usage, or scan files for keys",
+    )
     .addHelpText(
       'after',
       `
-With --url or PLAYBOOK_URL, create, roll, revoke and list act through the running service as the
+With --url or PLAYBOOK_URL, create, roll, revoke, list, restrict and usage act through the running service as the
 user of the access token in PLAYBOOK_ACCESS_TOKEN (from your identity provider, or from playbook
 token on the embedded default). Without them, they act on the configured storage, as an operator.`,
     );
@@ -125,9 +134,9 @@ token on the embedded default). Without them, they act on the configured storage
     context.stderr.write(`${said}; the key is shown this once: keep it secret\n`);
   }
 
-  keys
-    .command('create')
-    .description('create an API key for an account and print it, once')
+  withRestrictionFlags(
+    keys.command('create').description('create an API key for an account and print it, once'),
+  )
     .requiredOption('--account <accountId>', 'the account (created when absent)')
     .requiredOption('--name <text>', 'a label for the key, e.g. ci-deploy')
     .requiredOption(
@@ -142,7 +151,8 @@ token on the embedded default). Without them, they act on the configured storage
     .action(
       async (
         options: Output &
-          RemoteOptions & { account: string; name: string; scope: string[]; expiresAt?: string },
+          RemoteOptions &
+          RestrictionFlags & { account: string; name: string; scope: string[]; expiresAt?: string },
         command: Command,
       ) => {
         if (!ACCOUNT_ID_PATTERN.test(options.account)) {
@@ -163,15 +173,20 @@ token on the embedded default). Without them, they act on the configured storage
           if (at <= Date.now()) command.error('error: --expires-at must be in the future');
           expiresAt = new Date(at).toISOString();
         }
+        const restrictions = restrictionsOf(options);
         const input: CreateApiKeyBody = {
           name: options.name,
           accountId: options.account,
           // The same scope given twice is granted once.
           scopes: [...new Set(options.scope)] as Scope[],
           ...(expiresAt === undefined ? {} : { expiresAt }),
+          ...(restrictions === undefined ? {} : { restrictions }),
         };
         const [problem] = problemsOf(checkCreation, input);
-        if (problem) command.error(`error: ${FLAG_OF[problem.name] ?? problem.name} ${problem.message}`);
+        if (problem) {
+          const flag = FLAG_OF[problem.name] ?? restrictionFlagOf(problem.name) ?? problem.name;
+          command.error(`error: ${flag} ${problem.message}`);
+        }
         const target = serviceTarget(context, options, command);
         let created: CreatedApiKey;
         if (target === undefined) {
@@ -181,9 +196,13 @@ token on the embedded default). Without them, they act on the configured storage
           created = await playbook.apiKeys.create(input).catch((error) => callFailed('keys create', error));
         }
         const expiry = created.expiresAt === undefined ? '' : `, until ${created.expiresAt}`;
+        const limited =
+          created.restrictions === null
+            ? ''
+            : `, restricted to ${describeRestrictions(created.restrictions)}`;
         printCreated(
           created,
-          `API key ${created.id} created for account ${created.accountId} (${created.scopes.join(', ')}${expiry})`,
+          `API key ${created.id} created for account ${created.accountId} (${created.scopes.join(', ')}${expiry}${limited})`,
           options,
         );
       },
@@ -283,7 +302,9 @@ token on the embedded default). Without them, they act on the configured storage
         return;
       }
       const now = Date.now();
-      const lines = [['id', 'status', 'environment', 'scopes', 'created', 'expires', 'last used', 'name']];
+      const lines = [
+        ['id', 'status', 'environment', 'scopes', 'created', 'expires', 'last used', 'name', 'restrictions'],
+      ];
       for (const key of list) {
         lines.push([
           key.id,
@@ -295,10 +316,15 @@ token on the embedded default). Without them, they act on the configured storage
           key.lastUsedAt ?? '-',
           // A name is free text: tabs, line breaks and terminal escapes are shown escaped.
           printable(key.name),
+          describeRestrictions(key.restrictions),
         ]);
       }
       context.stdout.write(`${lines.map((line) => line.join('\t')).join('\n')}\n`);
     });
+
+  registerKeyRestrictionCommands(keys, context, asOperator, (keyId, command) => {
+    if (!KEY_ID.test(keyId)) command.error(`error: ${JSON.stringify(keyId)} is not a key id`);
+  });
 
   keys
     .command('scan')

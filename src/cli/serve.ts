@@ -63,6 +63,7 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
         reads: services.reads,
         authenticator: services.authenticator,
         rateLimits: services.rateLimits,
+        usage: services.identity.usage,
         readiness: services.readiness,
         instance,
         servesFromMemory: () => services.servesFromMemory(),
@@ -162,6 +163,8 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
       // D30: the rows of the read model of details the database lacks are written once serving, off
       // the request path, then kept as the change log is followed.
       if (!stopping) services.storedDetails.start(services.follower);
+      // D32: every instance looks for due expiry notices; each is made once, by whichever is first.
+      if (!stopping) services.identity.expiryNotices.start();
       for (const line of services.gettingStarted(address)) context.stderr.write(`${line}\n`);
       if (metrics) context.stderr.write(`Metrics for Prometheus: ${metrics.address}/metrics\n`);
     });

@@ -14,6 +14,7 @@ import type { ApiKeyService } from '../auth/api-key-service.js';
 import { type Authenticator, authenticationCounts } from '../auth/authenticator.js';
 import type { LeakReportSignatures } from '../auth/leak-reports.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
+import type { KeyUsage } from '../auth/usage-recorder.js';
 import { type DocsSite, renderDocs } from '../docs/docs-site.js';
 import { AccessLog, CREDENTIAL_SAFE_SERIALIZERS } from '../http/access-log.js';
 import { clientAddressOf, trustProxyOption } from '../http/client-address.js';
@@ -46,6 +47,8 @@ export interface AppDependencies {
   readonly authenticator: Authenticator;
   /** Rate limits (D10), always given: a caller that wants none says so with a limiter that counts nothing. */
   readonly rateLimits: AccessLimiter;
+  /** D32: where answers of requests made with API keys are counted (their usage); nowhere by default. */
+  readonly usage?: KeyUsage;
   /** Key management (D8, D22) at `/v3/identity/api-keys`; an app built without it has no identity routes. */
   readonly keys?: ApiKeyService;
   /** D23: the audit trail, listed at `/v3/identity/audit-events` beside key management. */
@@ -239,6 +242,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
   await app.register(requestPipeline, {
     authenticator: deps.authenticator,
     rateLimits: deps.rateLimits,
+    ...(deps.usage ? { usage: deps.usage } : {}),
     timeouts,
     accessLog,
     counts,
@@ -275,6 +279,7 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
       clientAddress: clientAddressOf(deps.trustProxy ?? false),
       logger: app.log,
       draining: () => draining,
+      ...(deps.usage ? { usage: deps.usage } : {}),
     });
     if (frameworkHandler) memoryReads.handOver = frameworkHandler;
   }

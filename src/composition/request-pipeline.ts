@@ -9,8 +9,10 @@ import {
   type Authenticator,
   authHook,
   type CredentialPolicy,
+  usageHook,
 } from '../auth/authenticator.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
+import type { KeyUsage } from '../auth/usage-recorder.js';
 import {
   InputError,
   MethodNotAllowedError,
@@ -38,6 +40,8 @@ import { type Tracing, traceRequests } from '../observability/tracing.js';
 export interface RequestPipelineOptions {
   readonly authenticator: Authenticator;
   readonly rateLimits: AccessLimiter;
+  /** D32: where the answers of requests made with API keys are counted; nowhere when left out. */
+  readonly usage?: KeyUsage;
   readonly timeouts: { readonly requestMs: number; readonly keepAliveMs: number };
   readonly tracing?: Tracing;
   /** The access line and the requests' metrics (D25), shared with the fast path. */
@@ -161,11 +165,13 @@ async function pipeline(fastify: FastifyInstance, options: RequestPipelineOption
       operation: route.schema?.operationId ?? route.url,
       challenges: route.config?.challenges ?? CHALLENGES[needs?.policy ?? 'api-key-or-token'],
     };
-    if (needs)
+    if (needs) {
       route.onRequest = [
         ...hooksOf(route.onRequest),
-        authHook(deps.authenticator, deps.rateLimits, needs, counts),
+        authHook(deps.authenticator, deps.rateLimits, needs, counts, deps.usage),
       ];
+      if (deps.usage) route.onResponse = [...hooksOf(route.onResponse), usageHook(deps.usage)];
+    }
     const query = queryHooks(route.schema?.querystring);
     if (query) {
       route.preValidation = [...hooksOf(route.preValidation), query.preValidation];

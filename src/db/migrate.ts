@@ -12,6 +12,9 @@ import * as syncFeed from './migrations/0011-sync-feed.js';
 import * as catalogVersionPins from './migrations/0012-catalog-version-pins.js';
 import * as storedDetails from './migrations/0013-stored-details.js';
 import * as webhookFairShare from './migrations/0014-webhook-fair-share.js';
+import * as keyRestrictions from './migrations/0015-key-restrictions.js';
+import * as keyUsage from './migrations/0016-key-usage.js';
+import * as keyExpiryNotices from './migrations/0017-key-expiry-notices.js';
 import type { Dialect } from './tables.js';
 
 /** A migration of ours: written against no table types, told which dialect it runs on. */
@@ -34,6 +37,9 @@ const migrations: Record<string, DialectMigration> = {
   '0012-catalog-version-pins': catalogVersionPins,
   '0013-stored-details': storedDetails,
   '0014-webhook-fair-share': webhookFairShare,
+  '0015-key-restrictions': keyRestrictions,
+  '0016-key-usage': keyUsage,
+  '0017-key-expiry-notices': keyExpiryNotices,
 };
 
 /**

@@ -121,6 +121,37 @@ export interface ApiKeyTable {
   last_used_at: string | null;
   /** The key a roll minted to replace this one (D29: a key is rolled once). */
   replaced_by: string | null;
+  /** D32: the canonical JSON text of the key's restrictions; null for none. */
+  restrictions: string | null;
+  /** D32: the client address of the key's last use (beside `last_used_at`). */
+  last_used_address: string | null;
+}
+
+/**
+ * D32: how a key answered in one hour (`bucket_start`, an RFC 3339 time on the hour), each outcome
+ * counted; every instance adds its counts to the one row.
+ */
+export interface ApiKeyUsageTable {
+  key_id: string;
+  bucket_start: string;
+  success: number | string;
+  client_error: number | string;
+  unauthorized: number | string;
+  rate_limited: number | string;
+  server_error: number | string;
+}
+
+/**
+ * D32: the expiry notices of keys, one row per key, expiry and threshold (`7d`, `1d`) accounted for:
+ * `noticed_at` when its `api_key.expiring` change was made, null for a threshold already crossed when
+ * the expiry was set (no notice is made for it). The primary key makes each notice once, whatever the
+ * number of instances.
+ */
+export interface ApiKeyExpiryNoticeTable {
+  key_id: string;
+  expires_at: string;
+  threshold: string;
+  noticed_at: string | null;
 }
 
 /**
@@ -249,6 +280,8 @@ export interface Database {
   resource_versions: ResourceVersionTable;
   content_blobs: ContentBlobTable;
   api_keys: ApiKeyTable;
+  api_key_usage: ApiKeyUsageTable;
+  api_key_expiry_notices: ApiKeyExpiryNoticeTable;
   data_generation: DataGenerationTable;
   changes: ChangeTable;
   webhook_endpoints: WebhookEndpointTable;

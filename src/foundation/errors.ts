@@ -127,17 +127,25 @@ export class AuthenticationError extends Error {
   constructor(
     message: string,
     readonly reason: RefusalReason,
+    /**
+     * The API key refused, when its id is one that exists (a wrong secret, a revoked or expired key):
+     * its usage counts the refusal (D32). Never said to the caller.
+     */
+    readonly keyId?: string,
   ) {
     super(message);
   }
 }
 
-/** A valid credential that lacks the scope, account or plan the operation needs. */
+/**
+ * A valid credential that lacks the scope, account or plan the operation needs, or that is sent from
+ * an address its key does not take (D32).
+ */
 export class ForbiddenError extends Error {
   override name = 'ForbiddenError';
   constructor(
     message: string,
-    readonly reason: Extract<ProblemCode, 'forbidden' | 'plan_required'> = 'forbidden',
+    readonly reason: Extract<ProblemCode, 'forbidden' | 'plan_required' | 'ip_not_allowed'> = 'forbidden',
   ) {
     super(message);
   }

@@ -3,6 +3,7 @@ import type { Principal } from '../auth/principal.js';
 import { toCatalog } from '../catalog/mappers.js';
 import { readCatalogTagger, resourceTag } from '../catalog/object-tags.js';
 import { readStoredPins, storedPinsText, writeStoredPins } from '../catalog/stored-pins.js';
+import { catalogRefAdmitted } from '../catalog/visibility.js';
 import {
   type ApplyOptions,
   applyCatalogs,
@@ -232,7 +233,7 @@ export class PublishService {
     body: PutCatalogBody,
     dryRun: boolean,
   ): Promise<WriteAnswer<PublishAnswer>> {
-    const accountId = writerAccount(context.principal);
+    const accountId = writerAccount(context.principal, slug);
     const problems: InputProblem[] = [];
     const seen = new Map<string, number>();
     const interned = new Interned();
@@ -304,7 +305,7 @@ export class PublishService {
     resourceSlug: string,
     body: PutResourceBody,
   ): Promise<WriteAnswer<ResourceWrite>> {
-    const accountId = writerAccount(context.principal);
+    const accountId = writerAccount(context.principal, catalogSlug);
     const problems: InputProblem[] = [];
     this.checkContent(body, '', problems);
     if (problems.length > 0) throw new InputError(problems);
@@ -366,7 +367,7 @@ export class PublishService {
     catalogSlug: string,
     label: string,
   ): Promise<WriteAnswer<Catalog>> {
-    const accountId = writerAccount(context.principal);
+    const accountId = writerAccount(context.principal, catalogSlug);
     const { created, stored } = await this.deps.writes.run(
       'publish-version',
       writerOf(context),
@@ -469,7 +470,7 @@ export class PublishService {
     catalogSlug: string,
     resourceSlug: string | undefined,
   ): Promise<boolean> {
-    const accountId = writerAccount(context.principal);
+    const accountId = writerAccount(context.principal, catalogSlug);
     return this.deps.writes.run('archive', writerOf(context), async (write: WriteScope) => {
       const { db: trx } = write;
       const at = write.context.at;
@@ -663,11 +664,15 @@ function withStoredPins(db: Db, catalog: Catalog): CatalogWithStoredPins {
   return { ...catalog, currentVersion: { ...currentVersion, resourcePins } };
 }
 
-/** The account a write acts for: `org` is always the caller's own (D5, D23). */
-function writerAccount(principal: Principal): string {
+/**
+ * The account a write acts for: `org` is always the caller's own (D5, D23). A Catalog outside the
+ * Catalogs a key is restricted to (D32) is written as it is read: it is not there (404).
+ */
+function writerAccount(principal: Principal, catalogSlug: string): string {
   if (principal.accountId === null) {
     throw new ForbiddenError('publishing needs an account: this credential acts for none');
   }
+  if (!catalogRefAdmitted(principal, 'org', catalogSlug)) throw new NotFoundError('no such catalog');
   return principal.accountId;
 }
 

@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { AuditLog } from '../audit/audit-log.js';
-import type { ApiKeyService, KeyManager } from '../auth/api-key-service.js';
+import type { ApiKeyService } from '../auth/api-key-service.js';
 import { KEY_IDENTIFIER_HEADER, type LeakReportSignatures, SIGNATURE_HEADER } from '../auth/leak-reports.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
 import { AuthenticationError, NotConfiguredError } from '../foundation/errors.js';
@@ -22,17 +22,8 @@ import {
   ListApiKeysQuery,
   RollApiKeyBody,
 } from '../schemas/identity.js';
-
-const security: { [scheme: string]: string[] }[] = [{ accessToken: [] }];
-/** Key management takes a user access token only (contract §4.5): an API key here is a 401. */
-const KEY_MANAGEMENT = { auth: { policy: 'access-token' } } as const;
-
-function managerOf(request: FastifyRequest): KeyManager {
-  const credential = request.principal?.credential;
-  // The auth hook admits only access tokens here; anything else is a wiring bug.
-  if (credential?.kind !== 'access-token') throw new Error('key management reached without an access token');
-  return { subject: credential.subject, accounts: credential.accounts, requestId: request.id };
-}
+import { apiKeyRoutes } from './api-key.js';
+import { KEY_MANAGEMENT, managerOf, security } from './key-management.js';
 
 export interface IdentityRouteOptions {
   /**
@@ -46,7 +37,10 @@ export interface IdentityRouteOptions {
   readonly audit?: AuditLog;
 }
 
-/** Key management of D8 and D22: create (contract §4.5), list, revoke, roll, and leak reports. */
+/**
+ * Key management of D8, D22 and D32: create (contract §4.5), list, read, change, revoke, roll, and
+ * leak reports.
+ */
 export function identityRoutes(
   keys: ApiKeyService,
   options: IdentityRouteOptions,
@@ -62,7 +56,7 @@ export function identityRoutes(
           operationId: 'createApiKey',
           summary: 'Create an API key for one account; the key string is shown only in this answer',
           description:
-            "Mints a key of this deployment's environment for an account the access token lets the user act for. An account holds at most PLAYBOOK_MAX_KEYS_PER_ACCOUNT active keys (400 limit_reached past it).",
+            "Mints a key of this deployment's environment for an account the access token lets the user act for, limited by restrictions when they are given (Catalogs, client addresses, a rate of its own; see PATCH). An account holds at most PLAYBOOK_MAX_KEYS_PER_ACCOUNT active keys (400 limit_reached past it).",
           tags: ['identity'],
           security,
           body: CreateApiKeyBody,
@@ -92,7 +86,7 @@ export function identityRoutes(
         operationId: 'listApiKeys',
         summary: "List an account's API keys, without their secrets",
         description:
-          'Every key of the account, revoked and expired ones included, oldest first, with when each was last used.',
+          'Every key of the account, revoked and expired ones included, oldest first, with its restrictions and when each was last used.',
         tags: ['identity'],
         security,
         querystring: ListApiKeysQuery,
@@ -175,7 +169,7 @@ export function identityRoutes(
           operationId: 'rollApiKey',
           summary: 'Replace an API key with a new one, the old one working on for an overlap',
           description:
-            'Mints a key of the same name, account and scopes, without expiry; the old key keeps working for overlapSeconds, then expires. Rotation in one call, with no moment when neither key works. A revoked or expired key cannot be rolled (409 key_inactive); a key of an account the user may not act for is 404.',
+            'Mints a key of the same name, account, scopes and restrictions, without expiry; the old key keeps working for overlapSeconds, then expires. Rotation in one call, with no moment when neither key works. A revoked or expired key cannot be rolled (409 key_inactive); a key of an account the user may not act for is 404.',
           tags: ['identity'],
           security,
           params: ApiKeyParams,
@@ -196,6 +190,8 @@ export function identityRoutes(
         return rolled;
       },
     );
+
+    await app.register(apiKeyRoutes(keys));
   };
 }
 

@@ -2,14 +2,16 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
 import type { HeldRead, ReadAnswers } from '../answers/read-answers.js';
 import type { AuthenticationCounts, Authenticator } from '../auth/authenticator.js';
+import { addressAllowed } from '../auth/key-restrictions.js';
 import type { Principal } from '../auth/principal.js';
 import {
   type AccessLimiter,
   COUNTED_WINDOW,
+  type CountedLimits,
   type CountedRequest,
   rateLimitHeaders,
-  type WindowCount,
 } from '../auth/rate-limits.js';
+import type { KeyUsage } from '../auth/usage-recorder.js';
 import { redactUrl } from '../foundation/redact-url.js';
 import { answersAcceptable } from '../http/acceptable.js';
 import { type AccessLine, type AccessLog, accessMs } from '../http/access-log.js';
@@ -35,6 +37,8 @@ export interface MemoryReadsOptions {
   readonly counts: AuthenticationCounts;
   readonly clientAddress: ClientAddress;
   readonly logger: FastifyBaseLogger;
+  /** D32: where the answers of requests made with API keys are counted; nowhere when left out. */
+  readonly usage?: KeyUsage;
   /** Whether the instance is draining: every request then goes the usual way, to be refused there. */
   readonly draining: () => boolean;
 }
@@ -81,14 +85,22 @@ export class MemoryReads {
     if (named === undefined) return false;
     const principal = this.options.authenticator.authenticateFromMemory?.(headers, 'api-key-or-token');
     if (principal === undefined || !principal.scopes.has(READ_SCOPE)) return false;
+    // D32: a key refused from this address is refused the usual way, which counts and says so.
+    const { restrictions } = principal;
+    if (
+      restrictions?.allowedIps &&
+      !addressAllowed(restrictions, this.options.clientAddress(request) ?? '')
+    ) {
+      return false;
+    }
     const answer = this.answerOf(principal, named);
     if (answer === undefined) return false;
     this.options.counts.accepted.api_key.inc();
     const { limiter } = this.options;
-    const counted = limiter.count?.(principal.credential);
+    const counted = limiter.count?.(principal);
     if (counted instanceof Promise) {
       counted.then(
-        (window) => this.answerCounted(request, response, principal, named, answer, window, started),
+        (limits) => this.answerCounted(request, response, principal, named, answer, limits, started),
         // The counter is out of reach: the usual way counts again, and says what it found.
         () => this.handOver(request, response),
       );
@@ -126,13 +138,12 @@ export class MemoryReads {
     principal: Principal,
     named: Named,
     answer: Answer,
-    window: WindowCount | undefined,
+    limits: CountedLimits | undefined,
     started: number,
   ): boolean {
-    const { limiter } = this.options;
-    if (window !== undefined && limiter.max !== undefined && window.count > limiter.max) {
-      // Refused the usual way, with its problem document, in the window it was counted in.
-      (request as CountedRequest)[COUNTED_WINDOW] = window;
+    if (limits !== undefined && limits.exceeded.length > 0) {
+      // Refused the usual way, with its problem document, in the windows it was counted in.
+      (request as CountedRequest)[COUNTED_WINDOW] = limits;
       this.handOver(request, response);
       return true;
     }
@@ -140,11 +151,11 @@ export class MemoryReads {
     const body = encoding === undefined ? answer.body : answer.encoded(encoding);
     if (body instanceof Promise) {
       body.then(
-        (bytes) => this.send(request, response, principal, named, answer, encoding, bytes, window, started),
+        (bytes) => this.send(request, response, principal, named, answer, encoding, bytes, limits, started),
         () => this.handOver(request, response),
       );
     } else {
-      this.send(request, response, principal, named, answer, encoding, body, window, started);
+      this.send(request, response, principal, named, answer, encoding, body, limits, started);
     }
     return true;
   }
@@ -157,15 +168,13 @@ export class MemoryReads {
     answer: Answer,
     encoding: Encoding | undefined,
     body: Buffer,
-    window: WindowCount | undefined,
+    limits: CountedLimits | undefined,
     started: number,
   ): void {
     const requestId = requestIdOf(request);
     const etag = representationTag(answer.tag, encoding);
     const headers = ['x-request-id', requestId];
-    const { limiter } = this.options;
-    if (window !== undefined && limiter.max !== undefined)
-      headers.push(...rateLimitHeaders(limiter.max, window));
+    if (limits !== undefined) headers.push(...rateLimitHeaders(limits.shown.limit, limits.shown));
     headers.push('cache-control', CACHE_CONTROL, 'vary', VARY, 'etag', etag);
     let status = 200;
     let bytes = 0;
@@ -193,7 +202,11 @@ export class MemoryReads {
       bytes,
       client: this.options.clientAddress(request) ?? null,
     };
-    if (credential.kind === 'api-key') line.keyId = credential.keyId;
+    if (credential.kind === 'api-key') {
+      line.keyId = credential.keyId;
+      // D32: counted in the key's usage as the hooks count it (request-pipeline.ts).
+      this.options.usage?.count(credential.keyId, status, line.client ?? undefined);
+    }
     line.account = principal.accountId;
     this.options.accessLog.write(this.options.logger, line, elapsedMs, true);
   }

@@ -48,7 +48,7 @@ export function playbookRoutes(answers: ReadAnswers): FastifyPluginAsyncTypebox 
         operationId: 'listPlaybookCatalogs',
         summary: 'List the Catalogs the caller can use',
         description:
-          "Service-owned Catalogs first, then the caller's account's, each by slug; drafts are never listed. Filter by sourceScope and by a capability facet.",
+          "Service-owned Catalogs first, then the caller's account's, each by slug; drafts are never listed. An API key restricted to some Catalogs lists those alone, and meta.total counts them. Filter by sourceScope and by a capability facet.",
         tags: ['playbook'],
         security,
         querystring: ListCatalogsQuery,

@@ -164,7 +164,7 @@ export function syncRoutes(feed: SyncFeed): FastifyPluginAsyncTypebox {
           'With wait, a request that finds nothing changed is held until something does (answered within a second of the change) or answered empty at the end of the wait. ' +
           'Held requests are shared: one credential (an API key, or a user’s access tokens) holds at most 20 at once on an instance by default, and one account at most a tenth of the instance’s room (never under 20), whichever of its credentials hold them; past its share a request is answered at once 429 rate_limited with Retry-After, and past the instance’s limit of held requests, 503 with Retry-After. ' +
           'Before a held request answers, its credential is checked again: a key revoked, rolled past its overlap or expired while the request was held, or an access token expired meanwhile, is answered 401 as a new request with it would be, never with what changed. ' +
-          'A token is opaque and works for the caller it was made for: another account’s, a damaged one, or a page token given as syncToken is 400 invalid_sync_token; one older than the change log keeps, or made before the account’s plan changed, is 410 sync_token_expired, and the follower starts again with an initial sync.',
+          'A token is opaque and works for the caller it was made for: another account’s, a damaged one, or a page token given as syncToken is 400 invalid_sync_token; one older than the change log keeps, or made before the account’s plan or the API key’s restrictions changed, is 410 sync_token_expired, and the follower starts again with an initial sync.',
         tags: ['playbook'],
         security,
         querystring: SyncQuery,

@@ -4,7 +4,9 @@ import { AccountId } from './identity.js';
 
 /**
  * What a change of the log did (docs/design.md, "The change log"); the audit list names each event by
- * it. `catalog.updated` and `resource.updated` are changes of fields alone (a name, a status, facets).
+ * it. `catalog.updated` and `resource.updated` are changes of fields alone (a name, a status, facets);
+ * `api_key.updated` a change of a key's name, expiry or restrictions, `api_key.expiring` a key's expiry 7
+ * days or 1 day away (D32).
  * `webhook_endpoint.*` are an account's webhook endpoints (D28): created, updated (its URL, types,
  * description, or enabled again), disabled (by a user, or by the service after five days of failures)
  * and deleted.
@@ -22,6 +24,8 @@ export const CHANGE_TYPES = [
   'api_key.rolled',
   'api_key.revoked',
   'api_key.leak_revoked',
+  'api_key.updated',
+  'api_key.expiring',
   'account.created',
   'account.plan_changed',
   'webhook_endpoint.created',
@@ -40,7 +44,7 @@ export const AuditEvent = Type.Object(
     actor: Type.Object({
       type: StringEnum(AUDIT_ACTOR_TYPES, {
         description:
-          'api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report; service for what the service does by itself (a webhook endpoint disabled after failing for five days)',
+          'api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report; service for what the service does by itself (a webhook endpoint disabled after failing for five days, an API key expiry notice)',
       }),
       id: Type.Optional(
         Type.String({

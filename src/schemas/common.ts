@@ -12,12 +12,33 @@ export function StringEnum<const T extends readonly string[]>(
   return Type.Unsafe<T[number]>({ type: 'string', enum: [...values], ...options });
 }
 
+/**
+ * `schema` or `null`, as one JSON Schema `type` list rather than an `anyOf`: a value that fails
+ * `schema` is then reported by what it fails alone, never also as "must be null". Untitled, so that the
+ * OpenAPI document names no component after `schema` that also takes null.
+ */
+export function Nullable<T extends TSchema>(schema: T, options: { description?: string } = {}) {
+  const { title: _title, ...rest } = schema;
+  return Type.Unsafe<Static<T> | null>({ ...rest, type: [schema.type, 'null'], ...options });
+}
+
 const UUID_PATTERN =
   '^(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}' +
   '|00000000-0000-0000-0000-000000000000|[fF]{8}-[fF]{4}-[fF]{4}-[fF]{4}-[fF]{12})$';
 
 export const SLUG_PATTERN = '^[a-z0-9]+(?:-[a-z0-9]+)*$';
 export const SLUG_REGEX = new RegExp(SLUG_PATTERN);
+
+/** D32: a Catalog a key is restricted to, by human ref (`org/runbooks`), or every one of an owner (`svc/*`). */
+export const CATALOG_GRANT_PATTERN = '^(?:svc|org)/(?:\\*|[a-z0-9]+(?:-[a-z0-9]+)*)$';
+/**
+ * D32: the characters of an IPv4 or IPv6 address or CIDR range; whether it is one is checked with
+ * ipaddr.js (auth/key-restrictions.ts).
+ */
+export const ADDRESS_RANGE_PATTERN = '^[0-9A-Fa-f:.]{2,45}(?:/[0-9]{1,3})?$';
+/** What an address or range of a key's restrictions must be, in words. */
+export const ADDRESS_RANGE_RULE =
+  'must be an IPv4 or IPv6 address (203.0.113.7, 2001:db8::1) or a CIDR range of one (10.0.0.0/8, 2001:db8::/32)';
 
 /** C0 and C1 controls, DEL, and the bidirectional overrides and isolates (D21), as a regex class body. */
 export const CONTROLS = '\\u0000-\\u001F\\u007F-\\u009F\\u202A-\\u202E\\u2066-\\u2069';
@@ -62,6 +83,9 @@ export const PATTERN_RULES: Readonly<Record<string, string>> = {
     'must not hold control characters (but tab and line breaks), direction overrides or unpaired surrogates',
   [ENTITY_TAGS_PATTERN]: 'must be * or a comma-separated list of entity tags, each "…" or W/"…"',
   [HASH_PATTERN]: 'must be a lowercase hex digest',
+  [ADDRESS_RANGE_PATTERN]: ADDRESS_RANGE_RULE,
+  [CATALOG_GRANT_PATTERN]:
+    'must be a Catalog ref (owner/slug) or every Catalog of an owner (owner/*), the owner svc or org',
 };
 
 export const Uuid = Type.String({
@@ -171,6 +195,7 @@ export const PROBLEM_TITLES = {
   unauthenticated: 'Unauthenticated',
   forbidden: 'Forbidden',
   plan_required: 'Plan required',
+  ip_not_allowed: 'Address not allowed',
   not_found: 'Not found',
   method_not_allowed: 'Method not allowed',
   key_inactive: 'Key not active',

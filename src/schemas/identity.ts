@@ -1,6 +1,16 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { API_KEY_PATTERN, ENVIRONMENTS, KEY_ID_PATTERN } from './api-key-format.js';
-import { DateTime, Name, Page, PageQuery, StringEnum } from './common.js';
+import {
+  ADDRESS_RANGE_PATTERN,
+  CATALOG_GRANT_PATTERN,
+  Counter,
+  DateTime,
+  Name,
+  Nullable,
+  Page,
+  PageQuery,
+  StringEnum,
+} from './common.js';
 
 /** The identity area (D8): API keys, created and managed with a user access token. */
 
@@ -38,16 +48,90 @@ export const ApiKeyScopes = Type.Array(Scope, {
   description: 'granted scopes, distinct; playbook:write does not imply playbook:read',
 });
 
+/** D32: the most entries a key's `catalogs` or `allowedIps` may list. */
+export const MAX_RESTRICTION_ENTRIES = 100;
+
+export const CatalogGrants = Type.Array(Type.String({ maxLength: 124, pattern: CATALOG_GRANT_PATTERN }), {
+  minItems: 1,
+  maxItems: MAX_RESTRICTION_ENTRIES,
+  description:
+    'the Catalogs the key may read (and, with playbook:write, write): a ref (org/runbooks, svc/handbook) or every Catalog of an owner (org/*, svc/*); service Catalogs are outside unless named; 1-100 entries',
+});
+export const AllowedIps = Type.Array(Type.String({ maxLength: 49, pattern: ADDRESS_RANGE_PATTERN }), {
+  minItems: 1,
+  maxItems: MAX_RESTRICTION_ENTRIES,
+  description:
+    'the client addresses the key is taken from: IPv4 or IPv6 addresses and CIDR ranges (10.0.0.0/8, 2001:db8::/32); an IPv4-mapped IPv6 client address matches IPv4 entries; 1-100 entries',
+});
+export const KeyRateLimit = Type.Object(
+  {
+    limit: Type.Integer({ minimum: 1, maximum: 1_000_000_000, description: 'requests per window' }),
+    windowSeconds: Type.Integer({ minimum: 1, maximum: 86_400, description: 'the window, in seconds' }),
+  },
+  {
+    additionalProperties: false,
+    title: 'KeyRateLimit',
+    description:
+      "the key's own rate limit, at most the deployment's (no larger limit, no higher rate); counted beside the deployment's",
+  },
+);
+export type KeyRateLimit = Static<typeof KeyRateLimit>;
+
+/**
+ * D32: restrictions as a request gives them (creation, or a JSON Merge Patch): a field left out is
+ * none at creation and unchanged by a patch; `null` is none.
+ */
+export const KeyRestrictionsInput = Type.Object(
+  {
+    catalogs: Type.Optional(Nullable(CatalogGrants)),
+    allowedIps: Type.Optional(Nullable(AllowedIps)),
+    rateLimit: Type.Optional(Nullable(KeyRateLimit)),
+  },
+  { additionalProperties: false, title: 'KeyRestrictionsInput' },
+);
+export type KeyRestrictionsInput = Static<typeof KeyRestrictionsInput>;
+
+/** D32: a key's restrictions as every key object shows them: canonical, each field null when unset. */
+export const KeyRestrictions = Type.Object(
+  {
+    catalogs: Nullable(CatalogGrants),
+    allowedIps: Nullable(AllowedIps),
+    rateLimit: Nullable(KeyRateLimit),
+  },
+  { title: 'KeyRestrictions' },
+);
+export type KeyRestrictions = Static<typeof KeyRestrictions>;
+
 export const CreateApiKeyBody = Type.Object(
   {
     name: ApiKeyName,
     accountId: AccountId,
     scopes: ApiKeyScopes,
     expiresAt: Type.Optional({ ...DateTime, description: 'when the key stops working; in the future' }),
+    restrictions: Type.Optional(
+      Nullable(KeyRestrictionsInput, { description: 'what the key is limited to; none when left out' }),
+    ),
   },
   { additionalProperties: false, title: 'CreateApiKeyBody' },
 );
 export type CreateApiKeyBody = Static<typeof CreateApiKeyBody>;
+
+/** D32: a JSON Merge Patch of a key (RFC 7396): a field left out is unchanged, `null` lifts it. */
+export const UpdateApiKeyBody = Type.Object(
+  {
+    name: Type.Optional(ApiKeyName),
+    expiresAt: Type.Optional(
+      Nullable(DateTime, { description: 'when the key stops working, in the future; null: never' }),
+    ),
+    restrictions: Type.Optional(
+      Nullable(KeyRestrictionsInput, {
+        description: 'the restrictions to change, field by field; null lifts them all',
+      }),
+    ),
+  },
+  { additionalProperties: false, title: 'UpdateApiKeyBody' },
+);
+export type UpdateApiKeyBody = Static<typeof UpdateApiKeyBody>;
 
 const keyFields = {
   id: ApiKeyId,
@@ -58,7 +142,11 @@ const keyFields = {
   createdAt: DateTime,
   expiresAt: Type.Optional({
     ...DateTime,
-    description: 'when the key stops working: set at creation, or by a roll (the end of the overlap)',
+    description:
+      'when the key stops working: set at creation or by a change, or by a roll (the end of the overlap)',
+  }),
+  restrictions: Nullable(KeyRestrictions, {
+    description: 'what the key is limited to: its Catalogs, client addresses and rate; null for none',
   }),
 };
 
@@ -66,7 +154,10 @@ const keyFields = {
 export const ApiKey = Type.Object(
   {
     ...keyFields,
-    lastUsedAt: Type.Optional({ ...DateTime, description: 'last successful use, recorded within seconds' }),
+    lastUsedAt: Type.Optional({
+      ...DateTime,
+      description: 'last use the key was verified for, seen by every instance within a minute',
+    }),
     revokedAt: Type.Optional(DateTime),
     replacedBy: Type.Optional({
       ...ApiKeyId,
@@ -99,6 +190,72 @@ export const ListApiKeysQuery = Type.Object(
   { additionalProperties: false },
 );
 export const ApiKeyParams = Type.Object({ keyId: ApiKeyId });
+
+/** D32: the lengths a key's usage is counted in. */
+export const USAGE_GRANULARITIES = ['hour', 'day'] as const;
+export type UsageGranularity = (typeof USAGE_GRANULARITIES)[number];
+/** D32: how far back a key's usage may be asked for, in days. */
+export const MAX_USAGE_DAYS = 90;
+
+export const KeyUsageQuery = Type.Object(
+  {
+    from: Type.Optional({
+      ...DateTime,
+      description: `the first bucket holds it; at most ${MAX_USAGE_DAYS} days back; 7 days back by default`,
+    }),
+    to: Type.Optional({ ...DateTime, description: 'the buckets start before it; now by default' }),
+    granularity: Type.Optional(
+      StringEnum(USAGE_GRANULARITIES, { description: 'the length of a bucket, in UTC; day by default' }),
+    ),
+  },
+  { additionalProperties: false },
+);
+export type KeyUsageQuery = Static<typeof KeyUsageQuery>;
+
+/** D32: a key's answers in one bucket, by outcome. */
+export const UsageBucket = Type.Object(
+  {
+    start: DateTime,
+    success: { ...Counter, description: 'answers below 400 (304 included)' },
+    clientError: { ...Counter, description: 'other 4xx answers: not 401, 403 or 429' },
+    unauthorized: {
+      ...Counter,
+      description:
+        '401 and 403 answers: a wrong secret, a revoked or expired key, a scope or an address refused',
+    },
+    rateLimited: { ...Counter, description: '429 answers' },
+    serverError: { ...Counter, description: '5xx answers' },
+  },
+  { title: 'UsageBucket' },
+);
+export type UsageBucket = Static<typeof UsageBucket>;
+
+/** D32: how one key was used, bucket by bucket, and its last use. */
+export const KeyUsage = Type.Object(
+  {
+    keyId: ApiKeyId,
+    granularity: StringEnum(USAGE_GRANULARITIES),
+    buckets: Type.Array(UsageBucket, {
+      maxItems: (MAX_USAGE_DAYS + 1) * 24,
+      description:
+        'every bucket from the one that holds from, up to to or now, oldest first; counts of zero included',
+    }),
+    lastUsed: Nullable(
+      Type.Object({
+        at: DateTime,
+        address: Nullable(
+          Type.String({ maxLength: 49, pattern: ADDRESS_RANGE_PATTERN, description: 'the client address' }),
+        ),
+      }),
+      {
+        description:
+          'the last request the key was verified for, and where it came from; null when never used',
+      },
+    ),
+  },
+  { title: 'KeyUsage' },
+);
+export type KeyUsage = Static<typeof KeyUsage>;
 
 /** D22: the bounds of a roll's overlap, in seconds: a week at most, a day when left out. */
 export const MAX_ROLL_OVERLAP_S = 604_800;

@@ -101,8 +101,13 @@ function toFieldProblem(error: SchemaError, options: ProblemOptions): FieldProbl
     case 'pattern':
       return at(PATTERN_RULES[String(error.params.pattern)] ?? `must match ${String(error.params.pattern)}`);
     case 'type': {
-      const type = String(error.params.type);
-      return at(type === 'object' ? 'must be a JSON object' : `must be ${article(type)} ${type}`);
+      // A nullable field's types come as one list: `array,null`.
+      const types = String(error.params.type)
+        .split(',')
+        .map((type) =>
+          type === 'object' ? 'a JSON object' : type === 'null' ? 'null' : `${article(type)} ${type}`,
+        );
+      return at(`must be ${types.join(' or ')}`);
     }
     case 'minLength':
       return at(limit === 1 ? 'must not be empty' : `must be at least ${limit} characters`);

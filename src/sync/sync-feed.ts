@@ -3,6 +3,7 @@ import { viewNamespaces } from '../catalog/audience.js';
 import { toResourceListItem } from '../catalog/mappers.js';
 import type { VisibleCatalog } from '../catalog/read-repository.js';
 import {
+  admittedCatalogs,
   inVisibleCatalogs,
   placeOf,
   visibleCatalogAt,
@@ -30,7 +31,7 @@ import { type CountedSeries, Metrics } from '../observability/metrics.js';
 import { DEFAULT_SYNC_PAGE_SIZE, type SyncQuery } from '../schemas/sync.js';
 import { type ChangeWaits, holderOf, type WaitOutcome } from './change-waits.js';
 import { catalogItem, type FeedItem, type PinsSource, pinsSource } from './feed-items.js';
-import type { InitialCursor, Position, SyncTokens, View } from './sync-tokens.js';
+import { type InitialCursor, type Position, type SyncTokens, type View, viewOf } from './sync-tokens.js';
 
 /** One page of the feed, and exactly one of the two positions to go on from. */
 export type SyncAnswer =
@@ -74,7 +75,9 @@ const MAX_CATALOG_STEPS = 200;
  *   take it out of draft) is followed by its visible Resources that did not change, since they may
  *   have come into view with it.
  * - A position names the view it was made for (sync-tokens.ts): another account's is 400, one made
- *   before the caller's plan changed is 410, as is one whose next change is older than the retention.
+ *   before the caller's plan or its key's restrictions changed is 410, as is one whose next change is
+ *   older than the retention. A key restricted to some Catalogs (D32) is never told of another, not
+ *   even that it left.
  */
 export class SyncFeed {
   private readonly retentionMs: number;
@@ -113,7 +116,7 @@ export class SyncFeed {
   readFromMemory(principal: Principal, query: SyncQuery): SyncAnswer | undefined {
     const token = query.syncToken;
     if (token === undefined || query.pageToken !== undefined || (query.wait ?? 0) > 0) return undefined;
-    const view: View = { accountId: principal.accountId, plan: principal.plan };
+    const view = viewOf(principal);
     const position = this.opened(token, 'syncToken', view);
     if (position.kind !== 'sync') return undefined;
     const quiet = this.options.waits?.quietSince(position.seq, viewNamespaces(principal));
@@ -149,7 +152,7 @@ export class SyncFeed {
       throw InputError.of('query', 'wait', 'is taken with syncToken only');
     }
     const size = query.pageSize ?? DEFAULT_SYNC_PAGE_SIZE;
-    const view: View = { accountId: principal.accountId, plan: principal.plan };
+    const view = viewOf(principal);
     if (query.pageToken !== undefined) {
       const position = this.opened(query.pageToken, 'pageToken', view);
       if (position.kind === 'initial') {
@@ -194,10 +197,16 @@ export class SyncFeed {
         parameter,
       );
     }
-    if (position.view.plan !== view.plan) {
-      // The view is not the one the follower holds a copy of: what it may read has changed.
+    // The view is not the one the follower holds a copy of: what it may read has changed (D6, D32).
+    const changed =
+      position.view.plan !== view.plan
+        ? "the account's plan"
+        : position.view.restrictions !== view.restrictions
+          ? "the API key's restrictions"
+          : undefined;
+    if (changed !== undefined) {
       throw new SyncTokenError(
-        `${parameter} was made before the account's plan changed; start again with an initial sync`,
+        `${parameter} was made before ${changed} changed; start again with an initial sync`,
         'sync_token_expired',
         parameter,
       );
@@ -234,7 +243,7 @@ export class SyncFeed {
     waitS: number,
     signal: AbortSignal | undefined,
   ): Promise<SyncAnswer> {
-    const view: View = { accountId: principal.accountId, plan: principal.plan };
+    const view = viewOf(principal);
     const namespaces = viewNamespaces(principal);
     const emptyAt = (position: number): SyncAnswer => this.emptyAt(view, token, seq, position);
     let quiet = this.options.waits?.quietSince(seq, namespaces);
@@ -300,7 +309,8 @@ export class SyncFeed {
    * one change). The answer depends on the view, the stretch and the size alone.
    */
   private sharedDeltaPage(principal: Principal, stretch: Stretch, size: number): Promise<SyncAnswer> {
-    const key = JSON.stringify([principal.accountId, principal.plan, stretch.from, stretch.upto, size]);
+    const { accountId, plan, restrictions } = viewOf(principal);
+    const key = JSON.stringify([accountId, plan, restrictions, stretch.from, stretch.upto, size]);
     let pending = this.reading.get(key);
     if (!pending) {
       pending = this.deltaPage(principal, stretch, stretch.from, undefined, size).finally(() =>
@@ -318,7 +328,7 @@ export class SyncFeed {
     start: InitialCursor,
     size: number,
   ): Promise<SyncAnswer> {
-    const view: View = { accountId: principal.accountId, plan: principal.plan };
+    const view = viewOf(principal);
     const items: FeedItem[] = [];
     const more = (cursor: InitialCursor): SyncAnswer => ({
       data: items,
@@ -395,7 +405,7 @@ export class SyncFeed {
     startExpansion: { readonly catalogId: string; readonly afterSlug: string } | undefined,
     size: number,
   ): Promise<SyncAnswer> {
-    const view: View = { accountId: principal.accountId, plan: principal.plan };
+    const view = viewOf(principal);
     const namespaces = viewNamespaces(principal);
     const items: FeedItem[] = [];
     let after = start;
@@ -449,6 +459,11 @@ export class SyncFeed {
       const resources = new Map(
         (await visibleResources(this.db, principal, resourceIds)).map((row) => [row.resource.id, row]),
       );
+      const told = await admittedCatalogs(
+        this.db,
+        principal,
+        catalogIds.filter((id) => !catalogs.has(id)),
+      );
       const hiddenAlone = await inVisibleCatalogs(
         this.db,
         principal,
@@ -464,7 +479,7 @@ export class SyncFeed {
         if (entity.kind === 'catalog') {
           const row = catalogs.get(entity.id);
           if (!row) {
-            items.push({ type: 'removed', entity: 'catalog', id: entity.id });
+            if (told.has(entity.id)) items.push({ type: 'removed', entity: 'catalog', id: entity.id });
             continue;
           }
           items.push(catalogItem(row));

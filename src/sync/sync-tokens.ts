@@ -1,4 +1,6 @@
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync } from 'node:crypto';
+import { LRUCache } from 'lru-cache';
+import type { Principal } from '../auth/principal.js';
 import type { CatalogPlace } from '../catalog/sync-reads.js';
 import type { DeploymentKeys, DeploymentKeyVersion } from '../foundation/deployment-key.js';
 import { SyncTokenError } from '../foundation/errors.js';
@@ -7,7 +9,7 @@ import { growingCache } from '../foundation/growing-cache.js';
 /**
  * Positions in the sync feed (D27) as callers hold them: sealed, so that none can be forged, read or
  * carried into another view. A position names the view it was made for (the caller's account, or none,
- * and its plan); the feed refuses it under any other.
+ * its plan, and its key's restrictions when it has some); the feed refuses it under any other.
  *
  * A token is `base64url(version | key id | nonce | AES-256-GCM(position) | tag)`, under a key derived
  * from the deployment key for this purpose alone (`sync-token`). The nonce is an HMAC of the position
@@ -20,6 +22,17 @@ import { growingCache } from '../foundation/growing-cache.js';
 export interface View {
   readonly accountId: string | null;
   readonly plan: string;
+  /** D32: the digest of the key's restrictions; null for a caller without any. */
+  readonly restrictions: string | null;
+}
+
+/** The view a caller reads the feed in. */
+export function viewOf(principal: Principal): View {
+  return {
+    accountId: principal.accountId,
+    plan: principal.plan,
+    restrictions: principal.restrictions === null ? null : principal.restrictions.digest,
+  };
 }
 
 /** Where an initial sync has got to: Catalogs first, then each Catalog's Resources, in list order. */
@@ -156,11 +169,18 @@ export class SyncTokens {
   }
 }
 
-// A position as a short JSON array: the kind first, then the view, then the kind's own fields.
+// A position as a short JSON array: the kind first, then the view, then the kind's own fields, and
+// last the digest of the view's restrictions when it has some.
 
 type Encoded = (string | number | null)[];
 
 function encode(position: Position): Encoded {
+  const { restrictions } = position.view;
+  const fields = encodeFields(position);
+  return restrictions === null ? fields : [...fields, restrictions];
+}
+
+function encodeFields(position: Position): Encoded {
   const view = [position.view.accountId, position.view.plan];
   switch (position.kind) {
     case 'sync':
@@ -195,11 +215,19 @@ const isSeq = (value: unknown): value is number =>
 const isText = (value: unknown): value is string => typeof value === 'string';
 const isFlag = (value: unknown): value is 0 | 1 => value === 0 || value === 1;
 
+/** The fields of each kind after its view. */
+const FIELDS: Readonly<Record<string, number>> = { s: 1, c: 3, r: 4, d: 5 };
+
 function decode(value: unknown): Position | undefined {
   if (!Array.isArray(value)) return undefined;
-  const [kind, accountId, plan, ...rest] = value as unknown[];
+  const [kind, accountId, plan, ...fields] = value as unknown[];
   if ((accountId !== null && !isText(accountId)) || !isText(plan)) return undefined;
-  const view: View = { accountId, plan };
+  const count = FIELDS[String(kind)];
+  if (count === undefined || (fields.length !== count && fields.length !== count + 1)) return undefined;
+  const restrictions = fields.length > count ? fields.pop() : null;
+  if (restrictions !== null && !isText(restrictions)) return undefined;
+  const rest = fields;
+  const view: View = { accountId, plan, restrictions };
   if (kind === 's' && rest.length === 1 && isSeq(rest[0])) return { kind: 'sync', view, seq: rest[0] };
   if (kind === 'c' && rest.length === 3 && isSeq(rest[0])) {
     const [seq, owned, slug] = rest;

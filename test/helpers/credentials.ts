@@ -11,7 +11,7 @@ import { loadDeploymentKeys } from '../../src/foundation/deployment-key.js';
 import { Metrics } from '../../src/observability/metrics.js';
 import type { Tracing } from '../../src/observability/tracing.js';
 import { PublishService } from '../../src/publish/publish-service.js';
-import type { Scope } from '../../src/schemas/identity.js';
+import type { KeyRestrictionsInput, Scope } from '../../src/schemas/identity.js';
 import { PendingBound } from '../../src/webhooks/pending-bound.js';
 import { WebhookEndpoints } from '../../src/webhooks/webhook-endpoints.js';
 import type { TestBackend } from './backend.js';
@@ -50,6 +50,8 @@ export interface MintKeyOptions {
   readonly plan?: string;
   readonly name?: string;
   readonly expiresAt?: string;
+  /** D32: what the key is limited to. */
+  readonly restrictions?: KeyRestrictionsInput;
 }
 
 export interface MintedKey {
@@ -134,6 +136,7 @@ export function createTestIdentity(backend: TestBackend, setup: TestIdentitySetu
           accountId: options.accountId,
           scopes: options.scopes ?? ['playbook:read'],
           ...(options.expiresAt === undefined ? {} : { expiresAt: options.expiresAt }),
+          ...(options.restrictions === undefined ? {} : { restrictions: options.restrictions }),
         },
       );
       return { id: created.id, key: created.key, headers: { 'x-api-key': created.key } };
@@ -188,6 +191,7 @@ export async function buildIdentityApp(
     sync,
     authenticator: identity.authenticator,
     rateLimits: identity.rateLimits,
+    usage: identity.usage,
     readiness: [],
     keys: identity.keys,
     audit: identity.audit,

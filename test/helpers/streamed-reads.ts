@@ -37,6 +37,7 @@ export function principalOf(accountId: string | null): Principal {
     plan: 'free',
     scopes: new Set(['playbook:read']),
     credential: { kind: 'api-key', keyId: accountId ?? 'nobody' },
+    restrictions: null,
   };
 }
 

@@ -50,6 +50,7 @@ class AccountAuthenticator implements Authenticator {
       plan: row?.plan ?? 'free',
       scopes: new Set(['playbook:read']),
       credential: { kind: 'api-key', keyId: accountId },
+      restrictions: null,
     };
   }
 }

@@ -185,7 +185,7 @@ describe('defects of the outside review (issue 8)', () => {
         ['DELETE', '/v3/playbook/catalogs', 'GET, HEAD'],
         ['POST', `/v3/playbook/resources/${resourceId}`, 'GET, HEAD'],
         ['PUT', '/v3/identity/api-keys', 'GET, HEAD, POST'],
-        ['GET', '/v3/identity/api-keys/abcdefghijkl', 'DELETE'],
+        ['PUT', '/v3/identity/api-keys/abcdefghijkl', 'GET, HEAD, DELETE, PATCH'],
       ] as const) {
         const answer = await app.inject({ method, url, headers: { 'x-api-key': key } });
         expect(answer.statusCode, `${method} ${url}`).toBe(405);
@@ -336,7 +336,7 @@ describe('#6, #9 and D20, D21: input hygiene and bounded answers', () => {
         {
           in: 'body',
           name: field,
-          message: 'is not a known field (known: name, accountId, scopes, expiresAt)',
+          message: 'is not a known field (known: name, accountId, scopes, expiresAt, restrictions)',
         },
       ]);
     },

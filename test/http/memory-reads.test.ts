@@ -3,7 +3,7 @@ import { Writable } from 'node:stream';
 import fc from 'fast-check';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, type MockInstance, vi } from 'vitest';
 import { MemoryReads, nameOf } from '../../src/routes/memory-reads.js';
 import { listenLocally } from '../helpers/app.js';
 import { createTestBackend, type TestBackend } from '../helpers/backend.js';
@@ -321,5 +321,72 @@ describe('the fast path and the limits (D10)', () => {
     expect(refused.headers.get('ratelimit-remaining')).toBe('0');
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
     expect(await refused.json()).toMatchObject({ code: 'rate_limited', status: 429 });
+  });
+
+  /** Whether the last request over a socket was answered by the fast path. */
+  const lastTakenFast = () => handled?.mock.results.at(-1)?.value === true;
+  let handled: MockInstance<MemoryReads['handle']> | undefined;
+  beforeAll(() => {
+    handled = vi.spyOn(MemoryReads.prototype, 'handle');
+  });
+  afterAll(() => handled?.mockRestore());
+  const detail = () => `${base}/v3/playbook/catalogs/svc/handbook/resources/doc`;
+
+  it("counts a key's own rate beside the deployment's, and shows the tighter (D32)", async () => {
+    // Held in memory by another key's read.
+    await fetch(detail(), { headers: (await identity.mintKey({ accountId: 'acme' })).headers });
+    const own = await identity.mintKey({
+      accountId: 'acme',
+      restrictions: { rateLimit: { limit: 1, windowSeconds: 60 } },
+    });
+    const first = await fetch(detail(), { headers: own.headers });
+    // The first verifies the key the usual way, and shows its own limit, the tighter (1 of 1 against 1 of 3).
+    expect([first.status, first.headers.get('ratelimit-limit'), lastTakenFast()]).toEqual([200, '1', false]);
+    expect(first.headers.get('ratelimit-remaining')).toBe('0');
+    // The second is counted from memory, past the key's own limit, and refused the usual way.
+    const second = await fetch(detail(), { headers: own.headers });
+    expect([second.status, second.headers.get('ratelimit-limit'), lastTakenFast()]).toEqual([429, '1', true]);
+    expect(await second.json()).toMatchObject({
+      code: 'rate_limited',
+      detail: expect.stringContaining("this key's own limit"),
+    });
+    // Another key of the account is not held back by it.
+    const other = await identity.mintKey({ accountId: 'acme' });
+    expect((await fetch(detail(), { headers: other.headers })).status).toBe(200);
+  });
+
+  it('refuses a key from an address it is not allowed, held answer or not (D32)', async () => {
+    const elsewhere = await identity.mintKey({
+      accountId: 'acme',
+      restrictions: { allowedIps: ['10.0.0.0/8'] },
+    });
+    for (let i = 0; i < 2; i++) {
+      const response = await fetch(detail(), { headers: elsewhere.headers });
+      expect(response.status).toBe(403);
+      expect(await response.json()).toMatchObject({ code: 'ip_not_allowed' });
+      expect(lastTakenFast()).toBe(false);
+    }
+    const here = await identity.mintKey({ accountId: 'acme', restrictions: { allowedIps: ['127.0.0.0/8'] } });
+    expect((await fetch(detail(), { headers: here.headers })).status).toBe(200);
+    expect((await fetch(detail(), { headers: here.headers })).status).toBe(200);
+    expect(lastTakenFast()).toBe(true);
+  });
+
+  it("counts what it answers in the key's usage, as the hooks do (D32)", async () => {
+    const key = await identity.mintKey({ accountId: 'acme' });
+    const fast: boolean[] = [];
+    for (let i = 0; i < 3; i++) {
+      expect((await fetch(detail(), { headers: key.headers })).status).toBe(200);
+      fast.push(lastTakenFast());
+    }
+    expect(fast).toEqual([false, true, true]);
+    const usage = await app.inject({
+      url: `/v3/identity/api-keys/${key.id}/usage?granularity=hour`,
+      headers: await identity.tokenHeaders({ accounts: ['acme'] }),
+    });
+    expect(usage.statusCode, usage.body).toBe(200);
+    const buckets = usage.json().buckets as { success: number }[];
+    expect(buckets.reduce((sum, bucket) => sum + bucket.success, 0)).toBe(3);
+    expect(usage.json().lastUsed).toMatchObject({ address: '127.0.0.1' });
   });
 });

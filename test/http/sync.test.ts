@@ -464,7 +464,11 @@ describe('the sync feed (D27)', () => {
 
     it("a position sealed by another deployment's key is 400 invalid_sync_token; the same one sealed here is served", async () => {
       const seq = await readHead(backend.databases.reader);
-      const position = { kind: 'sync', view: { accountId: 'acme', plan: 'free' }, seq } as const;
+      const position = {
+        kind: 'sync',
+        view: { accountId: 'acme', plan: 'free', restrictions: null },
+        seq,
+      } as const;
       const config = identity.config;
       const ours = new SyncTokens(
         await loadDeploymentKeys({

@@ -38,7 +38,7 @@ describe('key management (contract §4.5; D8)', () => {
       expect(response.headers['cache-control']).toBe('no-store');
       const body = response.json();
       expect(Object.keys(body).sort()).toEqual(
-        ['accountId', 'createdAt', 'environment', 'id', 'key', 'name', 'scopes'].sort(),
+        ['accountId', 'createdAt', 'environment', 'id', 'key', 'name', 'restrictions', 'scopes'].sort(),
       );
       expect(body).toMatchObject({
         name: 'ci deploys',

@@ -96,7 +96,7 @@ describe('playbook keys and audit through a running service (D29)', () => {
     const text = await run(['keys', 'list', '--account', 'globex']);
     expect(text).toMatchObject({ code: 0, stderr: '' });
     const lines = text.stdout.trim().split('\n');
-    expect(lines[0]).toBe('id\tstatus\tenvironment\tscopes\tcreated\texpires\tlast used\tname');
+    expect(lines[0]).toBe('id\tstatus\tenvironment\tscopes\tcreated\texpires\tlast used\tname\trestrictions');
     expect(lines[1]?.split('\t')).toEqual([
       minted.id,
       'active',
@@ -106,6 +106,7 @@ describe('playbook keys and audit through a running service (D29)', () => {
       '-',
       '-',
       'tab\\u0009here\\u202e',
+      'none',
     ]);
     const json = await run(['keys', 'list', '--account', 'globex', '--json']);
     expect(json).toMatchObject({ code: 0, stderr: '' });

@@ -127,7 +127,9 @@ describe('playbook token and playbook keys (D14)', () => {
       const result = await run(['keys', 'list', '--account', 'listed']);
       expect(result.code).toBe(0);
       const lines = result.stdout.trim().split('\n');
-      expect(lines[0]).toBe('id\tstatus\tenvironment\tscopes\tcreated\texpires\tlast used\tname');
+      expect(lines[0]).toBe(
+        'id\tstatus\tenvironment\tscopes\tcreated\texpires\tlast used\tname\trestrictions',
+      );
       const rows = Object.fromEntries(lines.slice(1).map((line) => [line.split('\t')[0], line.split('\t')]));
       expect(rows[first.id]?.slice(1, 4)).toEqual(['active', 'test', 'playbook:read']);
       expect(rows[first.id]?.[7]).toBe('deploy\\u0009bot\\u001b[2J\\u202egnp.exe');
@@ -241,6 +243,7 @@ describe('playbook token and playbook keys (D14)', () => {
         environment: 'test',
         createdAt: expect.any(String),
         expiresAt: '2030-01-31T18:00:00.000Z',
+        restrictions: null,
         key: expect.stringMatching(/^svc_sk_test_/),
       });
       expect(Date.parse(created.createdAt)).toBeGreaterThanOrEqual(before - 1);

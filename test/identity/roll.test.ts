@@ -77,7 +77,7 @@ describe('rolling an API key (D22)', () => {
     expect(response.headers['cache-control']).toBe('no-store');
     const rolled = response.json();
     expect(Object.keys(rolled).sort()).toEqual(
-      ['accountId', 'createdAt', 'environment', 'id', 'key', 'name', 'scopes'].sort(),
+      ['accountId', 'createdAt', 'environment', 'id', 'key', 'name', 'restrictions', 'scopes'].sort(),
     );
     expect(rolled).toMatchObject({
       name: 'deploys',

@@ -116,6 +116,7 @@ export async function startInstance(
     reads: services.reads,
     authenticator: services.authenticator,
     rateLimits: services.rateLimits,
+    usage: services.identity.usage,
     readiness: services.readiness,
     servesFromMemory: () => services.servesFromMemory(),
     keys: services.identity.keys,

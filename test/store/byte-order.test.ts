@@ -20,6 +20,7 @@ const caller: Principal = {
   plan: 'free',
   scopes: new Set(['playbook:read']),
   credential: { kind: 'api-key', keyId: 'byte-order' },
+  restrictions: null,
 };
 
 describe('slug order', () => {

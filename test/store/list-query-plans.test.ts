@@ -24,6 +24,7 @@ const svcCaller: Principal = {
   plan: 'free',
   scopes: new Set(['playbook:read']),
   credential: { kind: 'api-key', keyId: 'plans' },
+  restrictions: null,
 };
 
 interface Captured {

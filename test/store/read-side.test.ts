@@ -19,6 +19,7 @@ function principal(accountId: string | null, plan = 'free'): Principal {
     plan,
     scopes: new Set(['playbook:read']),
     credential: { kind: 'api-key', keyId: `k-${accountId ?? 'none'}-${plan}` },
+    restrictions: null,
   };
 }
 

@@ -10,6 +10,7 @@ const reader: Principal = {
   plan: 'free',
   scopes: new Set(['playbook:read']),
   credential: { kind: 'api-key', keyId: 'storage-tests' },
+  restrictions: null,
 };
 
 /**

@@ -138,6 +138,7 @@ describe('answer keys: one scheme, no two audiences alike', () => {
       plan,
       scopes: new Set(['playbook:read' as const]),
       credential: { kind: 'api-key' as const, keyId: 'k' },
+      restrictions: null,
     });
     expect(audienceOf(principal('acme', 'pro'), null)).toEqual({ kind: 'service', plan: 'pro' });
     expect(audienceOf(principal(null, 'free'), 'acme')).toEqual({ kind: 'account', accountId: 'acme' });

@@ -153,6 +153,7 @@ describe('the shares of held sync requests (D27)', () => {
       plan: 'free',
       scopes: new Set(['playbook:read']),
       credential,
+      restrictions: null,
     });
     expect(holderOf(principal('acme', { kind: 'api-key', keyId: 'k1' }))).toEqual({
       credential: 'key:k1',

@@ -174,6 +174,7 @@ describe('keys and plans through an outage (D31)', () => {
       revoked_at: null,
       last_used_at: null,
       replaced_by: null,
+      restrictions: null,
       plan: 'pro',
     } as unknown as ApiKeyWithPlan;
     const storage = {
@@ -198,7 +199,7 @@ describe('keys and plans through an outage (D31)', () => {
       },
       hasher: sha256Hasher,
       revocations,
-      usage: new UsageRecorder({} as Db, pino({ level: 'silent' }), 3_600_000),
+      usage: new UsageRecorder({} as Db, pino({ level: 'silent' }), { intervalMs: 3_600_000 }),
       environment: 'test',
       now: () => now,
       trust,

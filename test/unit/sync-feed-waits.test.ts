@@ -23,6 +23,7 @@ const principal: Principal = {
   plan: 'free',
   scopes: new Set(['playbook:read']),
   credential: { kind: 'api-key', keyId: 'k1' },
+  restrictions: null,
 };
 
 /** Waits that answer as the test scripts them, one outcome (or refusal) per call. */
@@ -59,7 +60,11 @@ function feedWith(script: (WaitOutcome | Error)[], refusal?: AuthenticationError
       },
     },
   });
-  const syncToken = tokens.seal({ kind: 'sync', view: { accountId: 'acme', plan: 'free' }, seq: SEQ });
+  const syncToken = tokens.seal({
+    kind: 'sync',
+    view: { accountId: 'acme', plan: 'free', restrictions: null },
+    seq: SEQ,
+  });
   return {
     waits,
     metrics,

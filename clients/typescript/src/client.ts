@@ -43,6 +43,12 @@ export type ApiKey = ApiKeyPage['data'][number];
 export type CreatedApiKey = Json<'createApiKey', 201>;
 export type CreateApiKeyInput = Body<'createApiKey'>;
 export type RollApiKeyInput = NonNullable<Body<'rollApiKey'>>;
+/** A change of a key's name, expiry or restrictions, as a JSON Merge Patch: `null` lifts a field. */
+export type UpdateApiKeyInput =
+  operations['updateApiKey']['requestBody']['content']['application/merge-patch+json'];
+export type KeyRestrictions = NonNullable<ApiKey['restrictions']>;
+export type ApiKeyUsage = Json<'getApiKeyUsage', 200>;
+export type ApiKeyUsageQuery = Query<'getApiKeyUsage'>;
 export type CatalogQuery = Query<'listPlaybookCatalogs'>;
 export type ResourceQuery = Query<'listPlaybookCatalogResources'>;
 export type VersionQuery = Query<'listPlaybookResourceVersions'>;
@@ -388,6 +394,26 @@ export class Playbook {
       this.get('listApiKeys', 'v3/identity/api-keys', query, options),
     iterate: (query: ApiKeyQuery, options: CallOptions = {}): AsyncGenerator<ApiKey, void, undefined> =>
       everyItem((page) => this.apiKeys.list({ ...query, page }, options), query.page),
+    /** One key of an account the token's user may act for. */
+    get: (keyId: string, options: CallOptions = {}): Promise<ApiKey> =>
+      this.get('getApiKey', `v3/identity/api-keys/${segment(keyId)}`, undefined, options),
+    /**
+     * Changes a key's name, expiry or restrictions (a JSON Merge Patch: what is left out is unchanged,
+     * `null` lifts it). Idempotent, so retried like a read.
+     */
+    update: (keyId: string, input: UpdateApiKeyInput, options: CallOptions = {}): Promise<ApiKey> =>
+      this.transport.send({
+        operation: 'updateApiKey',
+        method: 'PATCH',
+        path: `v3/identity/api-keys/${segment(keyId)}`,
+        body: input,
+        idempotent: true,
+        signal: options.signal,
+        callerHeaders: options.headers,
+      }),
+    /** How a key was used: its answers by day (or hour) and outcome, and its last use. */
+    usage: (keyId: string, query: ApiKeyUsageQuery = {}, options: CallOptions = {}): Promise<ApiKeyUsage> =>
+      this.get('getApiKeyUsage', `v3/identity/api-keys/${segment(keyId)}/usage`, query, options),
     /** Revokes a key; idempotent, so retried like a read. */
     revoke: (keyId: string, options: CallOptions = {}): Promise<void> =>
       this.transport.send({

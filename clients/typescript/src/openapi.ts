@@ -11,7 +11,7 @@ export interface paths {
         };
         /**
          * List the Catalogs the caller can use
-         * @description Service-owned Catalogs first, then the caller's account's, each by slug; drafts are never listed. Filter by sourceScope and by a capability facet.
+         * @description Service-owned Catalogs first, then the caller's account's, each by slug; drafts are never listed. An API key restricted to some Catalogs lists those alone, and meta.total counts them. Filter by sourceScope and by a capability facet.
          */
         get: operations["listPlaybookCatalogs"];
         put?: never;
@@ -64,7 +64,7 @@ export interface paths {
         get: operations["getPlaybookCatalog"];
         /**
          * Publish a whole Catalog of your account, declaratively
-         * @description Exactly an import of one catalog folder, in one transaction: new Resource Versions, superseding, immutable labels (409 version_label_taken), Resources left out archived, a new Catalog version when the pins change. 201 when the Catalog is created, else 200; the same body twice writes nothing. dryRun=true reports and writes nothing. The body is at most PLAYBOOK_MAX_PUBLISH_BYTES and holds at most PLAYBOOK_MAX_PUBLISH_RESOURCES Resources (413 past it); a 400 lists the first 20 problems, and checking stops at the 21st.
+         * @description Exactly an import of one catalog folder, in one transaction: new Resource Versions, superseding, immutable labels (409 version_label_taken), Resources left out archived, a new Catalog version when the pins change. 201 when the Catalog is created, else 200; the same body twice writes nothing. dryRun=true reports and writes nothing. An API key restricted to some Catalogs writes those alone: a write of any other is 404. The body is at most PLAYBOOK_MAX_PUBLISH_BYTES and holds at most PLAYBOOK_MAX_PUBLISH_RESOURCES Resources (413 past it); a 400 lists the first 20 problems, and checking stops at the 21st.
          */
         put: operations["putCatalog"];
         post?: never;
@@ -195,7 +195,7 @@ export interface paths {
         };
         /**
          * Follow every Catalog and Resource the caller can see: an initial sync, then changes
-         * @description Without syncToken: an initial sync, pages of every Catalog (as the Catalogs list shows them, pins included) and every Resource (as list items) the caller can see. Follow nextPageToken (as pageToken) until a page gives nextSyncToken; keep that, and ask later with syncToken for what changed since: each Catalog or Resource once, as it is now, in the order of its last change, or {type: "removed"} when the caller can no longer see it (a removed Catalog takes its Resources with it). With wait, a request that finds nothing changed is held until something does (answered within a second of the change) or answered empty at the end of the wait. Held requests are shared: one credential (an API key, or a user’s access tokens) holds at most 20 at once on an instance by default, and one account at most a tenth of the instance’s room (never under 20), whichever of its credentials hold them; past its share a request is answered at once 429 rate_limited with Retry-After, and past the instance’s limit of held requests, 503 with Retry-After. Before a held request answers, its credential is checked again: a key revoked, rolled past its overlap or expired while the request was held, or an access token expired meanwhile, is answered 401 as a new request with it would be, never with what changed. A token is opaque and works for the caller it was made for: another account’s, a damaged one, or a page token given as syncToken is 400 invalid_sync_token; one older than the change log keeps, or made before the account’s plan changed, is 410 sync_token_expired, and the follower starts again with an initial sync.
+         * @description Without syncToken: an initial sync, pages of every Catalog (as the Catalogs list shows them, pins included) and every Resource (as list items) the caller can see. Follow nextPageToken (as pageToken) until a page gives nextSyncToken; keep that, and ask later with syncToken for what changed since: each Catalog or Resource once, as it is now, in the order of its last change, or {type: "removed"} when the caller can no longer see it (a removed Catalog takes its Resources with it). With wait, a request that finds nothing changed is held until something does (answered within a second of the change) or answered empty at the end of the wait. Held requests are shared: one credential (an API key, or a user’s access tokens) holds at most 20 at once on an instance by default, and one account at most a tenth of the instance’s room (never under 20), whichever of its credentials hold them; past its share a request is answered at once 429 rate_limited with Retry-After, and past the instance’s limit of held requests, 503 with Retry-After. Before a held request answers, its credential is checked again: a key revoked, rolled past its overlap or expired while the request was held, or an access token expired meanwhile, is answered 401 as a new request with it would be, never with what changed. A token is opaque and works for the caller it was made for: another account’s, a damaged one, or a page token given as syncToken is 400 invalid_sync_token; one older than the change log keeps, or made before the account’s plan or the API key’s restrictions changed, is 410 sync_token_expired, and the follower starts again with an initial sync.
          */
         get: operations["syncPlaybook"];
         put?: never;
@@ -239,13 +239,13 @@ export interface paths {
         };
         /**
          * List an account's API keys, without their secrets
-         * @description Every key of the account, revoked and expired ones included, oldest first, with when each was last used.
+         * @description Every key of the account, revoked and expired ones included, oldest first, with its restrictions and when each was last used.
          */
         get: operations["listApiKeys"];
         put?: never;
         /**
          * Create an API key for one account; the key string is shown only in this answer
-         * @description Mints a key of this deployment's environment for an account the access token lets the user act for. An account holds at most PLAYBOOK_MAX_KEYS_PER_ACCOUNT active keys (400 limit_reached past it).
+         * @description Mints a key of this deployment's environment for an account the access token lets the user act for, limited by restrictions when they are given (Catalogs, client addresses, a rate of its own; see PATCH). An account holds at most PLAYBOOK_MAX_KEYS_PER_ACCOUNT active keys (400 limit_reached past it).
          */
         post: operations["createApiKey"];
         delete?: never;
@@ -265,7 +265,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Read one API key, without its secret
+         * @description The key as the list shows it, restrictions included. A key of an account the user may not act for is 404, like one that does not exist.
+         */
+        get: operations["getApiKey"];
         put?: never;
         post?: never;
         /**
@@ -274,8 +278,16 @@ export interface paths {
          */
         delete: operations["revokeApiKey"];
         options?: never;
-        head?: never;
-        patch?: never;
+        /**
+         * Headers of: Read one API key, without its secret
+         * @description Answers as GET does, with the same status and headers (a 304 included), and no body (RFC 9110 §9.3.2): the ETag tells whether a held answer is current.
+         */
+        head: operations["headGetApiKey"];
+        /**
+         * Change an API key's name, expiry or restrictions
+         * @description A JSON Merge Patch (RFC 7396, sent as application/merge-patch+json or application/json): a field left out is unchanged, null lifts it ("restrictions": null lifts every restriction, "expiresAt": null the expiry). Restrictions limit the key to Catalogs (catalogs: owner/slug, or owner/* for every Catalog of an owner; service Catalogs are outside unless named; a Catalog outside answers 404 to every read and write of the key and leaves every list and its sync feed), to client addresses (allowedIps: IPv4 and IPv6 addresses and CIDR ranges; a request from elsewhere is 403 ip_not_allowed) and to a rate of its own (rateLimit, at most the deployment's: both count, and the RateLimit headers describe the one with fewer requests left). Every instance applies a change within a second; a sync position the key made before it answers 410 sync_token_expired. A revoked or expired key is 409 key_inactive, a rolled one 409 key_already_rolled; a key of an account the user may not act for is 404. Nothing is written on a refusal.
+         */
+        patch: operations["updateApiKey"];
         trace?: never;
     };
     "/v3/identity/audit-events": {
@@ -313,12 +325,36 @@ export interface paths {
         put?: never;
         /**
          * Replace an API key with a new one, the old one working on for an overlap
-         * @description Mints a key of the same name, account and scopes, without expiry; the old key keeps working for overlapSeconds, then expires. Rotation in one call, with no moment when neither key works. A revoked or expired key cannot be rolled (409 key_inactive); a key of an account the user may not act for is 404.
+         * @description Mints a key of the same name, account, scopes and restrictions, without expiry; the old key keeps working for overlapSeconds, then expires. Rotation in one call, with no moment when neither key works. A revoked or expired key cannot be rolled (409 key_inactive); a key of an account the user may not act for is 404.
          */
         post: operations["rollApiKey"];
         delete?: never;
         options?: never;
         head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/identity/api-keys/{keyId}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read how an API key was used: its answers by day or hour, and its last use
+         * @description Every bucket from the one that holds from (7 days back by default, at most 90) to to (now by default), by UTC day or hour, each counting the answers the key got by outcome: success (below 400), clientError (other 4xx), unauthorized (401 and 403 of the key: a wrong secret, revoked or expired, a scope or an address refused), rateLimited (429) and serverError (5xx); and the time and client address of its last use. Counts are gathered in memory and written at most once a minute by each instance: what another instance counted in the last minute may not show yet. A key of an account the user may not act for is 404.
+         */
+        get: operations["getApiKeyUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /**
+         * Headers of: Read how an API key was used: its answers by day or hour, and its last use
+         * @description Answers as GET does, with the same status and headers (a 304 included), and no body (RFC 9110 §9.3.2): the ETag tells whether a held answer is current.
+         */
+        head: operations["headGetApiKeyUsage"];
         patch?: never;
         trace?: never;
     };
@@ -482,14 +518,14 @@ export interface components {
              * @description the title of the code, the same for every problem of it
              * @enum {string}
              */
-            title: "Invalid request" | "Content too large" | "Unsupported media type" | "Not acceptable" | "Limit reached" | "Unauthenticated" | "Forbidden" | "Plan required" | "Not found" | "Method not allowed" | "Key not active" | "Key already rolled" | "Webhook endpoint disabled" | "Version label taken" | "Precondition failed" | "Invalid sync token" | "Sync token expired" | "Request timeout" | "Expectation failed" | "Request headers too large" | "Too many requests" | "Internal error" | "Not implemented" | "Service unavailable";
+            title: "Invalid request" | "Content too large" | "Unsupported media type" | "Not acceptable" | "Limit reached" | "Unauthenticated" | "Forbidden" | "Plan required" | "Address not allowed" | "Not found" | "Method not allowed" | "Key not active" | "Key already rolled" | "Webhook endpoint disabled" | "Version label taken" | "Precondition failed" | "Invalid sync token" | "Sync token expired" | "Request timeout" | "Expectation failed" | "Request headers too large" | "Too many requests" | "Internal error" | "Not implemented" | "Service unavailable";
             /**
              * Format: int32
              * @description the HTTP status of the answer
              */
             status: number;
             /** @enum {string} */
-            code: "invalid_request" | "content_too_large" | "unsupported_media_type" | "not_acceptable" | "limit_reached" | "unauthenticated" | "forbidden" | "plan_required" | "not_found" | "method_not_allowed" | "key_inactive" | "key_already_rolled" | "endpoint_disabled" | "version_label_taken" | "precondition_failed" | "invalid_sync_token" | "sync_token_expired" | "request_timeout" | "expectation_failed" | "headers_too_large" | "rate_limited" | "internal" | "not_implemented" | "unavailable";
+            code: "invalid_request" | "content_too_large" | "unsupported_media_type" | "not_acceptable" | "limit_reached" | "unauthenticated" | "forbidden" | "plan_required" | "ip_not_allowed" | "not_found" | "method_not_allowed" | "key_inactive" | "key_already_rolled" | "endpoint_disabled" | "version_label_taken" | "precondition_failed" | "invalid_sync_token" | "sync_token_expired" | "request_timeout" | "expectation_failed" | "headers_too_large" | "rate_limited" | "internal" | "not_implemented" | "unavailable";
             detail: string;
             /** @description the x-request-id of the answer */
             requestId: string;
@@ -759,7 +795,7 @@ export interface components {
              */
             url: string;
             /** @description the change types sent to the endpoint, distinct; or ["*"] for all of them */
-            events: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "*")[];
+            events: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "api_key.updated" | "api_key.expiring" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "*")[];
             description?: string;
             /**
              * @description enabled: events are delivered; disabled: nothing is sent (set by a user, or by the service after five days of failed deliveries)
@@ -788,7 +824,7 @@ export interface components {
              */
             url: string;
             /** @description the change types sent to the endpoint, distinct; or ["*"] for all of them */
-            events: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "*")[];
+            events: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "api_key.updated" | "api_key.expiring" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "*")[];
             description?: string;
             /**
              * @description enabled: events are delivered; disabled: nothing is sent (set by a user, or by the service after five days of failed deliveries)
@@ -819,7 +855,7 @@ export interface components {
              * @description the type of the event delivered: a change type, or webhook.test
              * @enum {string}
              */
-            type: "catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "webhook.test";
+            type: "catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "api_key.updated" | "api_key.expiring" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "webhook.test";
             /**
              * @description pending: not yet delivered, an attempt is due; succeeded: a 2xx came; failed: every retry failed, or it was given up unsent when its endpoint had too many deliveries pending (its last attempt listed has the reason backlog_exceeded); a failed delivery can be sent again
              * @enum {string}
@@ -849,7 +885,7 @@ export interface components {
              * @description the type of the event delivered: a change type, or webhook.test
              * @enum {string}
              */
-            type: "catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "webhook.test";
+            type: "catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "api_key.updated" | "api_key.expiring" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "webhook.test";
             /**
              * Format: int32
              * @description which attempt of the delivery, from 1 (one given up unsent, backlog_exceeded, counts)
@@ -890,7 +926,7 @@ export interface components {
              * @description the type of the event delivered: a change type, or webhook.test
              * @enum {string}
              */
-            type: "catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "webhook.test";
+            type: "catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "api_key.updated" | "api_key.expiring" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "webhook.test";
             /**
              * Format: date-time
              * @description when the change committed (the test event: when it was asked for)
@@ -1018,9 +1054,29 @@ export interface components {
             createdAt: string;
             /**
              * Format: date-time
-             * @description when the key stops working: set at creation, or by a roll (the end of the overlap)
+             * @description when the key stops working: set at creation or by a change, or by a roll (the end of the overlap)
              */
             expiresAt?: string;
+            /** @description what the key is limited to: its Catalogs, client addresses and rate; null for none */
+            restrictions: {
+                /** @description the Catalogs the key may read (and, with playbook:write, write): a ref (org/runbooks, svc/handbook) or every Catalog of an owner (org/*, svc/*); service Catalogs are outside unless named; 1-100 entries */
+                catalogs: string[] | null;
+                /** @description the client addresses the key is taken from: IPv4 or IPv6 addresses and CIDR ranges (10.0.0.0/8, 2001:db8::/32); an IPv4-mapped IPv6 client address matches IPv4 entries; 1-100 entries */
+                allowedIps: string[] | null;
+                /** @description the key's own rate limit, at most the deployment's (no larger limit, no higher rate); counted beside the deployment's */
+                rateLimit: {
+                    /**
+                     * Format: int32
+                     * @description requests per window
+                     */
+                    limit: number;
+                    /**
+                     * Format: int32
+                     * @description the window, in seconds
+                     */
+                    windowSeconds: number;
+                } | null;
+            } | null;
             /** @description the whole key string, to send as x-api-key; shown once and never again */
             key: string;
         };
@@ -1045,12 +1101,32 @@ export interface components {
             createdAt: string;
             /**
              * Format: date-time
-             * @description when the key stops working: set at creation, or by a roll (the end of the overlap)
+             * @description when the key stops working: set at creation or by a change, or by a roll (the end of the overlap)
              */
             expiresAt?: string;
+            /** @description what the key is limited to: its Catalogs, client addresses and rate; null for none */
+            restrictions: {
+                /** @description the Catalogs the key may read (and, with playbook:write, write): a ref (org/runbooks, svc/handbook) or every Catalog of an owner (org/*, svc/*); service Catalogs are outside unless named; 1-100 entries */
+                catalogs: string[] | null;
+                /** @description the client addresses the key is taken from: IPv4 or IPv6 addresses and CIDR ranges (10.0.0.0/8, 2001:db8::/32); an IPv4-mapped IPv6 client address matches IPv4 entries; 1-100 entries */
+                allowedIps: string[] | null;
+                /** @description the key's own rate limit, at most the deployment's (no larger limit, no higher rate); counted beside the deployment's */
+                rateLimit: {
+                    /**
+                     * Format: int32
+                     * @description requests per window
+                     */
+                    limit: number;
+                    /**
+                     * Format: int32
+                     * @description the window, in seconds
+                     */
+                    windowSeconds: number;
+                } | null;
+            } | null;
             /**
              * Format: date-time
-             * @description last successful use, recorded within seconds
+             * @description last use the key was verified for, seen by every instance within a minute
              */
             lastUsedAt?: string;
             /**
@@ -1086,7 +1162,7 @@ export interface components {
             accountId: string;
             actor: {
                 /**
-                 * @description api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report; service for what the service does by itself (a webhook endpoint disabled after failing for five days)
+                 * @description api-key or user for callers of the API; operator for the command line; leak-report for a revocation by leak report; service for what the service does by itself (a webhook endpoint disabled after failing for five days, an API key expiry notice)
                  * @enum {string}
                  */
                 type: "api-key" | "user" | "operator" | "leak-report" | "service";
@@ -1094,7 +1170,7 @@ export interface components {
                 id?: string;
             };
             /** @enum {string} */
-            action: "catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted";
+            action: "catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "api_key.updated" | "api_key.expiring" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted";
             /** @description what it was done to, by kind and human ref or id: catalog:org/handbook, resource:org/handbook/intro, api-key:<keyId>, account:<accountId>, webhook_endpoint:<id> */
             target: string;
             /** @description the x-request-id of the write */
@@ -1114,6 +1190,56 @@ export interface components {
                 /** Format: int64 */
                 total: number;
             };
+        };
+        UsageBucket: {
+            /**
+             * Format: date-time
+             * @description RFC 3339 UTC timestamp
+             */
+            start: string;
+            /**
+             * Format: int64
+             * @description answers below 400 (304 included)
+             */
+            success: number;
+            /**
+             * Format: int64
+             * @description other 4xx answers: not 401, 403 or 429
+             */
+            clientError: number;
+            /**
+             * Format: int64
+             * @description 401 and 403 answers: a wrong secret, a revoked or expired key, a scope or an address refused
+             */
+            unauthorized: number;
+            /**
+             * Format: int64
+             * @description 429 answers
+             */
+            rateLimited: number;
+            /**
+             * Format: int64
+             * @description 5xx answers
+             */
+            serverError: number;
+        };
+        KeyUsage: {
+            /** @description key id: the public part of the key string, between its environment and its secret */
+            keyId: string;
+            /** @enum {string} */
+            granularity: "hour" | "day";
+            /** @description every bucket from the one that holds from, up to to or now, oldest first; counts of zero included */
+            buckets: components["schemas"]["UsageBucket"][];
+            /** @description the last request the key was verified for, and where it came from; null when never used */
+            lastUsed: {
+                /**
+                 * Format: date-time
+                 * @description RFC 3339 UTC timestamp
+                 */
+                at: string;
+                /** @description the client address */
+                address: string | null;
+            } | null;
         };
         WebhookEndpointPage: {
             data: components["schemas"]["WebhookEndpoint"][];
@@ -5227,6 +5353,26 @@ export interface operations {
                      * @description when the key stops working; in the future
                      */
                     expiresAt?: string;
+                    /** @description what the key is limited to; none when left out */
+                    restrictions?: {
+                        /** @description the Catalogs the key may read (and, with playbook:write, write): a ref (org/runbooks, svc/handbook) or every Catalog of an owner (org/*, svc/*); service Catalogs are outside unless named; 1-100 entries */
+                        catalogs?: string[] | null;
+                        /** @description the client addresses the key is taken from: IPv4 or IPv6 addresses and CIDR ranges (10.0.0.0/8, 2001:db8::/32); an IPv4-mapped IPv6 client address matches IPv4 entries; 1-100 entries */
+                        allowedIps?: string[] | null;
+                        /** @description the key's own rate limit, at most the deployment's (no larger limit, no higher rate); counted beside the deployment's */
+                        rateLimit?: {
+                            /**
+                             * Format: int32
+                             * @description requests per window
+                             */
+                            limit: number;
+                            /**
+                             * Format: int32
+                             * @description the window, in seconds
+                             */
+                            windowSeconds: number;
+                        } | null;
+                    } | null;
                 };
             };
         };
@@ -5532,6 +5678,164 @@ export interface operations {
             };
         };
     };
+    getApiKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description key id: the public part of the key string, between its environment and its secret */
+                keyId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    "Content-Encoding": components["headers"]["ContentEncodingOptional"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiKey"];
+                };
+            };
+            /** @description Not modified: If-None-Match names the current validator of this representation; no body */
+            304: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request: each problem named in `errors` (at most 20), or `limit_reached` when a limit of the deployment is reached */
+            400: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No credential, or one that is malformed, unknown, expired, revoked or of the other environment; WWW-Authenticate names the credentials the operation takes */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "WWW-Authenticate": components["headers"]["WwwAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller: the two are answered alike */
+            404: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Asked of this path with a method it does not take (this operation is not the one asked for); Allow lists the methods it takes */
+            405: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Allow: components["headers"]["Allow"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
+            406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests for this credential, or too many failed authentications from this address */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The service could not complete the request; the request id finds it in the logs */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A backend of the service is unavailable, or the instance is stopping; retry after Retry-After */
+            503: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     revokeApiKey: {
         parameters: {
             query?: never;
@@ -5612,6 +5916,390 @@ export interface operations {
             };
             /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
             406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is larger than the operation takes, decided from Content-Length before it is read (or as a chunked body passes the limit); the connection is closed */
+            413: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not JSON: the operation takes Content-Type: application/json, in UTF-8 and without a content coding */
+            415: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests for this credential, or too many failed authentications from this address */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The service could not complete the request; the request id finds it in the logs */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A backend of the service is unavailable, or the instance is stopping; retry after Retry-After */
+            503: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    headGetApiKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description key id: the public part of the key string, between its environment and its secret */
+                keyId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    "Content-Encoding": components["headers"]["ContentEncodingOptional"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not modified: If-None-Match names the current validator of this representation; no body */
+            304: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request: each problem named in `errors` (at most 20), or `limit_reached` when a limit of the deployment is reached */
+            400: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No credential, or one that is malformed, unknown, expired, revoked or of the other environment; WWW-Authenticate names the credentials the operation takes */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "WWW-Authenticate": components["headers"]["WwwAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not found, or not visible to the caller: the two are answered alike */
+            404: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Asked of this path with a method it does not take (this operation is not the one asked for); Allow lists the methods it takes */
+            405: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Allow: components["headers"]["Allow"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
+            406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Too many requests for this credential, or too many failed authentications from this address */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The service could not complete the request; the request id finds it in the logs */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A backend of the service is unavailable, or the instance is stopping; retry after Retry-After */
+            503: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    updateApiKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description key id: the public part of the key string, between its environment and its secret */
+                keyId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/merge-patch+json": {
+                    /** @description label of the key: 1-100 characters on one line, not blank, without control characters */
+                    name?: string;
+                    /**
+                     * Format: date-time
+                     * @description when the key stops working, in the future; null: never
+                     */
+                    expiresAt?: string | null;
+                    /** @description the restrictions to change, field by field; null lifts them all */
+                    restrictions?: {
+                        /** @description the Catalogs the key may read (and, with playbook:write, write): a ref (org/runbooks, svc/handbook) or every Catalog of an owner (org/*, svc/*); service Catalogs are outside unless named; 1-100 entries */
+                        catalogs?: string[] | null;
+                        /** @description the client addresses the key is taken from: IPv4 or IPv6 addresses and CIDR ranges (10.0.0.0/8, 2001:db8::/32); an IPv4-mapped IPv6 client address matches IPv4 entries; 1-100 entries */
+                        allowedIps?: string[] | null;
+                        /** @description the key's own rate limit, at most the deployment's (no larger limit, no higher rate); counted beside the deployment's */
+                        rateLimit?: {
+                            /**
+                             * Format: int32
+                             * @description requests per window
+                             */
+                            limit: number;
+                            /**
+                             * Format: int32
+                             * @description the window, in seconds
+                             */
+                            windowSeconds: number;
+                        } | null;
+                    } | null;
+                };
+                "application/json": {
+                    /** @description label of the key: 1-100 characters on one line, not blank, without control characters */
+                    name?: string;
+                    /**
+                     * Format: date-time
+                     * @description when the key stops working, in the future; null: never
+                     */
+                    expiresAt?: string | null;
+                    /** @description the restrictions to change, field by field; null lifts them all */
+                    restrictions?: {
+                        /** @description the Catalogs the key may read (and, with playbook:write, write): a ref (org/runbooks, svc/handbook) or every Catalog of an owner (org/*, svc/*); service Catalogs are outside unless named; 1-100 entries */
+                        catalogs?: string[] | null;
+                        /** @description the client addresses the key is taken from: IPv4 or IPv6 addresses and CIDR ranges (10.0.0.0/8, 2001:db8::/32); an IPv4-mapped IPv6 client address matches IPv4 entries; 1-100 entries */
+                        allowedIps?: string[] | null;
+                        /** @description the key's own rate limit, at most the deployment's (no larger limit, no higher rate); counted beside the deployment's */
+                        rateLimit?: {
+                            /**
+                             * Format: int32
+                             * @description requests per window
+                             */
+                            limit: number;
+                            /**
+                             * Format: int32
+                             * @description the window, in seconds
+                             */
+                            windowSeconds: number;
+                        } | null;
+                    } | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The key as it is now */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiKey"];
+                };
+            };
+            /** @description Invalid request: each problem named in `errors` (at most 20), or `limit_reached` when a limit of the deployment is reached */
+            400: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No credential, or one that is malformed, unknown, expired, revoked or of the other environment; WWW-Authenticate names the credentials the operation takes */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "WWW-Authenticate": components["headers"]["WwwAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller: the two are answered alike */
+            404: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Asked of this path with a method it does not take (this operation is not the one asked for); Allow lists the methods it takes */
+            405: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Allow: components["headers"]["Allow"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
+            406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The state of what the request names forbids it: `version_label_taken`, a label already names other content or pins; `key_inactive`, a revoked or expired key cannot be rolled; `key_already_rolled`, the key was rolled already (`replacedBy` names its successor); `endpoint_disabled`, a disabled webhook endpoint is sent nothing */
+            409: {
                 headers: {
                     "x-request-id": components["headers"]["RequestId"];
                     "RateLimit-Limit": components["headers"]["RateLimitLimit"];
@@ -6198,6 +6886,318 @@ export interface operations {
             };
         };
     };
+    getApiKeyUsage: {
+        parameters: {
+            query?: {
+                /** @description the first bucket holds it; at most 90 days back; 7 days back by default */
+                from?: string;
+                /** @description the buckets start before it; now by default */
+                to?: string;
+                /** @description the length of a bucket, in UTC; day by default */
+                granularity?: "hour" | "day";
+            };
+            header?: never;
+            path: {
+                /** @description key id: the public part of the key string, between its environment and its secret */
+                keyId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key's usage */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    "Content-Encoding": components["headers"]["ContentEncodingOptional"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyUsage"];
+                };
+            };
+            /** @description Not modified: If-None-Match names the current validator of this representation; no body */
+            304: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request: each problem named in `errors` (at most 20), or `limit_reached` when a limit of the deployment is reached */
+            400: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No credential, or one that is malformed, unknown, expired, revoked or of the other environment; WWW-Authenticate names the credentials the operation takes */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "WWW-Authenticate": components["headers"]["WwwAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found, or not visible to the caller: the two are answered alike */
+            404: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Asked of this path with a method it does not take (this operation is not the one asked for); Allow lists the methods it takes */
+            405: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Allow: components["headers"]["Allow"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
+            406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests for this credential, or too many failed authentications from this address */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The service could not complete the request; the request id finds it in the logs */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A backend of the service is unavailable, or the instance is stopping; retry after Retry-After */
+            503: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    headGetApiKeyUsage: {
+        parameters: {
+            query?: {
+                /** @description the first bucket holds it; at most 90 days back; 7 days back by default */
+                from?: string;
+                /** @description the buckets start before it; now by default */
+                to?: string;
+                /** @description the length of a bucket, in UTC; day by default */
+                granularity?: "hour" | "day";
+            };
+            header?: never;
+            path: {
+                /** @description key id: the public part of the key string, between its environment and its secret */
+                keyId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key's usage */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    "Content-Encoding": components["headers"]["ContentEncodingOptional"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not modified: If-None-Match names the current validator of this representation; no body */
+            304: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request: each problem named in `errors` (at most 20), or `limit_reached` when a limit of the deployment is reached */
+            400: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No credential, or one that is malformed, unknown, expired, revoked or of the other environment; WWW-Authenticate names the credentials the operation takes */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "WWW-Authenticate": components["headers"]["WwwAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not found, or not visible to the caller: the two are answered alike */
+            404: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Asked of this path with a method it does not take (this operation is not the one asked for); Allow lists the methods it takes */
+            405: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Allow: components["headers"]["Allow"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
+            406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Too many requests for this credential, or too many failed authentications from this address */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The service could not complete the request; the request id finds it in the logs */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A backend of the service is unavailable, or the instance is stopping; retry after Retry-After */
+            503: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
     listWebhookEndpoints: {
         parameters: {
             query: {
@@ -6378,7 +7378,7 @@ export interface operations {
                      */
                     url: string;
                     /** @description the change types sent to the endpoint, distinct; or ["*"] for all of them */
-                    events: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "*")[];
+                    events: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "api_key.updated" | "api_key.expiring" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "*")[];
                     description?: string;
                 };
             };
@@ -7168,7 +8168,7 @@ export interface operations {
                      */
                     url?: string;
                     /** @description the change types sent to the endpoint, distinct; or ["*"] for all of them */
-                    events?: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "*")[];
+                    events?: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "api_key.updated" | "api_key.expiring" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted" | "*")[];
                     /** @description the new description; null removes it */
                     description?: string | null;
                     /**
