@@ -31,6 +31,14 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
       // D29: the docs pages are rendered once, before the first request.
       const { renderDocs } = await import('../docs/docs-site.js');
       const docs = await renderDocs();
+      // D33: the console as `npm run build` made it, read once; a checkout without it serves the API.
+      const { loadConsole } = await import('../console/console-site.js');
+      const consoleSite = await loadConsole({
+        ...(config.console.oidc ? { oidc: config.console.oidc } : {}),
+        devSignIn: services.identity.devSignIn !== undefined,
+      });
+      if (!consoleSite)
+        logger.warn('the console is not built (npm run build makes it): /console is not served');
       // D31: `/readyz` fails until the instance listens with the change log followed, and from the stop
       // signal on, while the instance goes on serving for the shutdown delay.
       const instance = new InstanceState('starting');
@@ -43,6 +51,9 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
         servesFromMemory: () => services.servesFromMemory(),
         keys: services.identity.keys,
         audit: services.audit,
+        accounts: services.accounts,
+        ...(services.identity.devSignIn ? { devSignIn: services.identity.devSignIn } : {}),
+        ...(consoleSite ? { console: consoleSite } : {}),
         ...(services.sync ? { sync: services.sync } : {}),
         webhooks: services.webhooks,
         publish: {
@@ -138,6 +149,7 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
       // the request path, then kept as the change log is followed.
       if (!stopping) services.storedDetails.start(services.follower);
       for (const line of services.gettingStarted(address)) context.stderr.write(`${line}\n`);
+      if (consoleSite) context.stderr.write(`Console: ${address}/console\n`);
       if (metrics) context.stderr.write(`Metrics for Prometheus: ${metrics.address}/metrics\n`);
     });
 }

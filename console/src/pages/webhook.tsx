@@ -1,0 +1,137 @@
+import type { WebhookDeliveryAttempt } from '@playbook/client';
+import { useState } from 'preact/hooks';
+import { NoticeView, useNotice } from '../components/action';
+import { type Bar, BarChart } from '../components/bar-chart';
+import { when } from '../components/format';
+import { PageTitle } from '../components/layout';
+import { Link } from '../components/link';
+import { Show, useLoad } from '../components/load';
+import { PagedTable } from '../components/paged-table';
+import { paths } from '../router';
+import type { SignedIn } from '../session';
+
+/** Attempts by the hour they were made in, oldest first: succeeded and failed. */
+function byHour(attempts: readonly WebhookDeliveryAttempt[]): Bar[] {
+  const hours = new Map<string, [number, number]>();
+  for (const attempt of [...attempts].reverse()) {
+    const hour = `${attempt.at.slice(0, 13)}:00`;
+    const counts = hours.get(hour) ?? [0, 0];
+    counts[attempt.outcome === 'succeeded' ? 0 : 1]++;
+    hours.set(hour, counts);
+  }
+  return [...hours].map(([label, values]) => ({ label, values }));
+}
+
+function SuccessRate(props: { attempts: readonly WebhookDeliveryAttempt[] }) {
+  const { attempts } = props;
+  const succeeded = attempts.filter((attempt) => attempt.outcome === 'succeeded').length;
+  const rate = attempts.length === 0 ? 0 : Math.round((succeeded / attempts.length) * 100);
+  return (
+    <BarChart
+      title="Success rate"
+      summary={`${rate} % of the ${attempts.length} attempts listed succeeded (${succeeded} succeeded, ${attempts.length - succeeded} failed), by hour`}
+      bars={byHour(attempts)}
+      series={[
+        { name: 'Succeeded', class: 'ok' },
+        { name: 'Failed', class: 'failed' },
+      ]}
+    />
+  );
+}
+
+/** One endpoint's deliveries (D33): each attempt's status and duration, a success-rate chart, retry. */
+export function WebhookPage(props: { session: SignedIn; endpointId: string }) {
+  const { client } = props.session;
+  const { endpointId } = props;
+  const [page, setPage] = useState(1);
+  const endpoint = useLoad(() => client.webhookEndpoints.get(endpointId), [client, endpointId]);
+  const deliveries = useLoad(
+    () => client.webhookEndpoints.deliveries(endpointId, { page, pageSize: 20 }),
+    [client, endpointId, page],
+  );
+  const found = endpoint.loaded.state === 'ready' ? endpoint.loaded.data : undefined;
+  const { notice, act } = useNotice(deliveries.reload);
+  return (
+    <>
+      <p class="crumbs">
+        <Link href={paths.webhooks()}>Webhooks</Link>
+      </p>
+      <PageTitle>{found ? `Deliveries to ${found.url}` : 'Deliveries'}</PageTitle>
+      <Show loaded={endpoint.loaded} what="the endpoint">
+        {(detail) => (
+          <dl class="facts">
+            <dt>Status</dt>
+            <dd>{detail.status}</dd>
+            <dt>Events</dt>
+            <dd>{detail.events.join(', ')}</dd>
+            {detail.description && (
+              <>
+                <dt>Description</dt>
+                <dd>{detail.description}</dd>
+              </>
+            )}
+          </dl>
+        )}
+      </Show>
+      <div class="toolbar">
+        <button
+          type="button"
+          onClick={() => act(() => client.webhookEndpoints.test(endpointId), 'A test event is on its way.')}
+        >
+          Send test event
+        </button>
+        <button type="button" onClick={deliveries.reload}>
+          Refresh
+        </button>
+      </div>
+      <NoticeView notice={notice} />
+      <PagedTable
+        loaded={deliveries.loaded}
+        what="deliveries"
+        empty="Nothing has been delivered to this endpoint yet. Send a test event to try it."
+        caption="Delivery attempts, newest first"
+        columns={[
+          'Event',
+          'At',
+          'Attempt',
+          'Outcome',
+          'Status code',
+          'Duration',
+          'Error',
+          'Next attempt',
+          'Actions',
+        ]}
+        onPage={setPage}
+        above={(list) => <SuccessRate attempts={list.data} />}
+        row={(attempt) => ({
+          key: attempt.id,
+          name: attempt.type,
+          cells: (
+            <>
+              <td>{when(attempt.at)}</td>
+              <td>{attempt.attempt}</td>
+              <td>{attempt.outcome}</td>
+              <td>{attempt.statusCode ?? '—'}</td>
+              <td>{attempt.durationMs} ms</td>
+              <td>{attempt.error ?? '—'}</td>
+              <td>{when(attempt.nextAttemptAt)}</td>
+              <td class="row-actions">
+                <button
+                  type="button"
+                  onClick={() =>
+                    act(
+                      () => client.webhookEndpoints.retryDelivery(endpointId, attempt.deliveryId),
+                      'The delivery is due again.',
+                    )
+                  }
+                >
+                  Retry
+                </button>
+              </td>
+            </>
+          ),
+        })}
+      />
+    </>
+  );
+}
