@@ -5,7 +5,8 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * runs the suites that build their storage with `createTestBackend()` again, on PostgreSQL, S3 and
  * Redis servers that its globalSetup starts (test/helpers/servers.ts); pure unit tests run once.
  * A `*.production.test.ts` file is about a production backend itself (outages, query plans on
- * PostgreSQL) and runs in the production project only.
+ * PostgreSQL) and runs in the production project only. `once` holds what CI runs once, on one Node
+ * version only: the console's tests in a real browser.
  */
 const backendSuites = ['http', 'import', 'identity', 'auth', 'store', 'multi-instance'].map(
   (dir) => `test/${dir}/**/*.test.ts`,
@@ -23,7 +24,19 @@ export default defineConfig({
         test: {
           name: 'embedded',
           include: ['test/**/*.test.ts', 'src/**/*.test.ts'],
-          exclude: [...configDefaults.exclude, '**/*.production.test.ts'],
+          exclude: [...configDefaults.exclude, '**/*.production.test.ts', 'test/once/**'],
+        },
+      },
+      {
+        // Tests that need one run per CI run, not one per Node version: the console in a real browser
+        // (D33), which starts built services of its own and drives Chromium.
+        extends: true,
+        test: {
+          name: 'once',
+          include: ['test/once/**/*.test.ts'],
+          testTimeout: 60_000,
+          // One browser at a time: each file starts its own services and a Chromium.
+          fileParallelism: false,
         },
       },
       {

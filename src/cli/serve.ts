@@ -148,8 +148,10 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
       // D30: the rows of the read model of details the database lacks are written once serving, off
       // the request path, then kept as the change log is followed.
       if (!stopping) services.storedDetails.start(services.follower);
-      for (const line of services.gettingStarted(address)) context.stderr.write(`${line}\n`);
-      if (consoleSite) context.stderr.write(`Console: ${address}/console\n`);
+      // D33: the console's address beside the API's, in the same write, so that the banner is whole.
+      const [serving = '', ...firstSteps] = services.gettingStarted(address);
+      const banner = [serving, ...(consoleSite ? [`Console: ${address}/console`] : []), ...firstSteps];
+      context.stderr.write(banner.map((line) => `${line}\n`).join(''));
       if (metrics) context.stderr.write(`Metrics for Prometheus: ${metrics.address}/metrics\n`);
     });
 }

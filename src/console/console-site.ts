@@ -80,7 +80,8 @@ export function withSettings(html: string, settings: ConsoleSettings): string {
 /**
  * D33's policy: scripts, styles and images of the console's own origin only (no inline script, no
  * `eval`), requests to the API of the same origin and to the identity provider, which may also be
- * framed for a sign-in without a prompt; nothing may frame the console.
+ * framed for a sign-in without a prompt, with the callback page it sends the answer to; nothing may
+ * frame the console.
  */
 export function consoleSecurityPolicy(settings: ConsoleSettings, frameAncestors: string): string {
   const provider = settings.oidc ? new URL(settings.oidc.issuer).origin : undefined;
@@ -92,7 +93,8 @@ export function consoleSecurityPolicy(settings: ConsoleSettings, frameAncestors:
     "img-src 'self' data:",
     "font-src 'self'",
     withProvider("connect-src 'self'"),
-    provider ? `frame-src ${provider}` : "frame-src 'none'",
+    // The provider's page, framed hidden for a sign-in without a prompt, sends it back to the callback.
+    provider ? `frame-src 'self' ${provider}` : "frame-src 'none'",
     "form-action 'self'",
     "base-uri 'none'",
     "object-src 'none'",

@@ -79,7 +79,7 @@ describe('the console at /console (D33)', () => {
         "script-src 'self'",
         "style-src 'self'",
         "connect-src 'self' https://id.example.test",
-        'frame-src https://id.example.test',
+        "frame-src 'self' https://id.example.test",
         "frame-ancestors 'none'",
         "base-uri 'none'",
         "object-src 'none'",
