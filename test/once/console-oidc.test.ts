@@ -60,7 +60,8 @@ describe('the console, signed in with an OpenID provider (D33)', () => {
     await screenshot(page, 'sign-in-oidc');
   });
 
-  it('signs in with the authorization code flow and PKCE, on the page that was asked for', async () => {
+  /** Signs in at the provider's own pages, in the window the console opens, which then closes. */
+  const signInAtProvider = async () => {
     const popupOpened = page.waitForEvent('popup');
     await providerButton().click();
     const popup = await popupOpened;
@@ -70,7 +71,10 @@ describe('the console, signed in with an OpenID provider (D33)', () => {
     await popup.getByRole('button', { name: 'Sign-in' }).click();
     await popup.getByRole('button', { name: 'Continue' }).click();
     await closed;
+  };
 
+  it('signs in with the authorization code flow and PKCE, on the page that was asked for', async () => {
+    await signInAtProvider();
     await page.getByRole('heading', { level: 1, name: 'Audit log' }).waitFor();
     expect(new URL(page.url()).pathname).toBe('/console/audit');
     await expect(page.locator('.user').textContent()).resolves.toBe('ada');
@@ -89,6 +93,16 @@ describe('the console, signed in with an OpenID provider (D33)', () => {
     await page.getByRole('heading', { level: 1, name: 'API keys' }).waitFor();
     await page.getByText('This account has no keys yet').waitFor();
     await expect(page.getByRole('button', { name: 'Sign out' }).count()).resolves.toBe(1);
+  });
+
+  it('asks for a sign-in when a token runs out and the provider wants the user, then shows the same page', async () => {
+    // The provider forgets the user (its session cookie goes): the next renewal needs a prompt.
+    await context.clearCookies();
+    await page.getByText('Your session has ended. Sign in again to go on where you were.').waitFor();
+    expect(new URL(page.url()).pathname).toBe('/console/keys');
+    await signInAtProvider();
+    await page.getByRole('heading', { level: 1, name: 'API keys' }).waitFor();
+    expect(new URL(page.url()).pathname).toBe('/console/keys');
   });
 
   it('signs in again without a prompt after a reload, and nothing was kept by the page', async () => {

@@ -256,8 +256,13 @@ describe('the console, signed in for development (D33)', () => {
     await row.getByRole('link').click();
     await page.getByRole('button', { name: 'Send test event' }).click();
     await waitFor('the test event at the receiver', () => receiver.at('/hooks').length > 0);
-    await page.getByRole('row').filter({ hasText: '204' }).first().waitFor();
+    const delivered = page.getByRole('row', { name: 'webhook.test', exact: true });
+    await delivered.filter({ hasText: '204' }).waitFor();
     await looked('webhook');
+    const before = receiver.at('/hooks').length;
+    await delivered.getByRole('button', { name: 'Retry' }).click();
+    await page.getByText('The delivery is due again.').waitFor();
+    await waitFor('the retried delivery at the receiver', () => receiver.at('/hooks').length > before);
   });
 
   it('switches accounts: another account shows its own keys', async () => {

@@ -1,6 +1,8 @@
 /** One bar of a chart: its label, and counts of each series. */
 export interface Bar {
   readonly label: string;
+  /** Written under the bar when given (every few bars, so that the labels do not crowd). */
+  readonly axisLabel?: string;
   readonly values: readonly number[];
 }
 
@@ -11,7 +13,9 @@ export interface Series {
 }
 
 const WIDTH = 640;
-const HEIGHT = 160;
+const HEIGHT = 120;
+/** Room under the bars for their labels. */
+const AXIS = 18;
 const GAP = 4;
 
 /**
@@ -31,7 +35,11 @@ export function BarChart(props: {
       <figcaption>
         {props.title}: {props.summary}
       </figcaption>
-      <svg viewBox={`0 0 ${WIDTH} ${HEIGHT}`} role="img" aria-label={`${props.title}: ${props.summary}`}>
+      <svg
+        viewBox={`0 0 ${WIDTH} ${HEIGHT + AXIS}`}
+        role="img"
+        aria-label={`${props.title}: ${props.summary}`}
+      >
         {props.bars.map((bar, index) => {
           let top = HEIGHT;
           return (
@@ -50,6 +58,18 @@ export function BarChart(props: {
                   />
                 );
               })}
+              {bar.axisLabel && (
+                <text
+                  class="axis"
+                  // The last label ends where its bar ends, inside the chart.
+                  {...(index === props.bars.length - 1
+                    ? { x: index * (width + GAP) + width, 'text-anchor': 'end' }
+                    : { x: index * (width + GAP) })}
+                  y={HEIGHT + AXIS - 4}
+                >
+                  {bar.axisLabel}
+                </text>
+              )}
             </g>
           );
         })}

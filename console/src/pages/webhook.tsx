@@ -10,16 +10,28 @@ import { PagedTable } from '../components/paged-table';
 import { paths } from '../router';
 import type { SignedIn } from '../session';
 
-/** Attempts by the hour they were made in, oldest first: succeeded and failed. */
-function byHour(attempts: readonly WebhookDeliveryAttempt[]): Bar[] {
-  const hours = new Map<string, [number, number]>();
-  for (const attempt of [...attempts].reverse()) {
-    const hour = `${attempt.at.slice(0, 13)}:00`;
-    const counts = hours.get(hour) ?? [0, 0];
-    counts[attempt.outcome === 'succeeded' ? 0 : 1]++;
-    hours.set(hour, counts);
+/** How many hours the success-rate chart shows, up to the current one. */
+const CHART_HOURS = 24;
+const HOUR_MS = 3_600_000;
+
+/** Attempts of the last day by the hour they were made in, oldest first: succeeded and failed. */
+function byHour(attempts: readonly WebhookDeliveryAttempt[], now: number): Bar[] {
+  const last = Math.floor(now / HOUR_MS);
+  const bars = Array.from({ length: CHART_HOURS }, (_, index) => {
+    const hour = new Date((last - CHART_HOURS + 1 + index) * HOUR_MS).toISOString().slice(11, 13);
+    return {
+      label: `${hour}:00 UTC`,
+      ...(index % 6 === 0 || index === CHART_HOURS - 1 ? { axisLabel: `${hour}:00` } : {}),
+      values: [0, 0],
+    };
+  });
+  for (const attempt of attempts) {
+    const slot = Math.floor(Date.parse(attempt.at) / HOUR_MS) - (last - CHART_HOURS + 1);
+    const bar = bars[slot];
+    const series = attempt.outcome === 'succeeded' ? 0 : 1;
+    if (bar) bar.values[series] = (bar.values[series] ?? 0) + 1;
   }
-  return [...hours].map(([label, values]) => ({ label, values }));
+  return bars;
 }
 
 function SuccessRate(props: { attempts: readonly WebhookDeliveryAttempt[] }) {
@@ -29,8 +41,8 @@ function SuccessRate(props: { attempts: readonly WebhookDeliveryAttempt[] }) {
   return (
     <BarChart
       title="Success rate"
-      summary={`${rate} % of the ${attempts.length} attempts listed succeeded (${succeeded} succeeded, ${attempts.length - succeeded} failed), by hour`}
-      bars={byHour(attempts)}
+      summary={`${rate} % of the ${attempts.length} attempts listed succeeded (${succeeded} succeeded, ${attempts.length - succeeded} failed), by hour over the last day`}
+      bars={byHour(attempts, Date.now())}
       series={[
         { name: 'Succeeded', class: 'ok' },
         { name: 'Failed', class: 'failed' },
