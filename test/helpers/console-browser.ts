@@ -18,7 +18,7 @@ export const SCREENSHOTS = path.join(ROOT, 'docs', 'console');
  * Chromium for the console's tests: a fresh profile (playwright-core's own), and nothing that reaches
  * beyond this machine (no sync, updates or background requests), which a closed network refuses.
  */
-export async function launchChromium(): Promise<Browser> {
+export async function launchChromium(extraArgs: readonly string[] = []): Promise<Browser> {
   if (!existsSync(CHROMIUM)) {
     throw new Error(`${CHROMIUM} is missing: install Debian's chromium package (.ci/run does)`);
   }
@@ -32,6 +32,7 @@ export async function launchChromium(): Promise<Browser> {
       '--disable-background-networking',
       '--disable-component-update',
       '--disable-sync',
+      ...extraArgs,
     ],
   });
 }

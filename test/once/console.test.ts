@@ -304,6 +304,45 @@ describe('the console, signed in for development (D33)', () => {
     await page.getByRole('button', { name: 'Sign in', exact: true }).waitFor();
   });
 
+  it('works from the keyboard alone: signing in, a dialog opened and closed, focus kept', async () => {
+    await page.goto(`${service.console}/keys`);
+    await page.getByLabel('User').waitFor();
+    await page.keyboard.press('Tab');
+    expect(await focused(page.getByLabel('User'))).toBe(true);
+    await page.keyboard.type('ada');
+    await page.keyboard.press('Tab');
+    await page.keyboard.type(ACCOUNT);
+    await page.keyboard.press('Enter');
+    // The page's heading has the focus once signed in; the page's action comes next.
+    const heading = page.getByRole('heading', { level: 1, name: 'API keys' });
+    await heading.waitFor();
+    expect(await focused(heading)).toBe(true);
+    await page.keyboard.press('Tab');
+    const create = page.getByRole('button', { name: 'Create key' });
+    expect(await focused(create)).toBe(true);
+    await page.keyboard.press('Enter');
+    const dialog = page.getByRole('dialog', { name: 'Create key' });
+    await dialog.waitFor();
+    expect(await focused(dialog.getByLabel('Name'))).toBe(true);
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'detached' });
+    expect(await focused(create)).toBe(true);
+  });
+
+  it('does not sign in over plain HTTP from a host that is not this machine', async () => {
+    const elsewhere = await launchChromium(['--host-resolver-rules=MAP console.example.test 127.0.0.1']);
+    try {
+      const remote = await elsewhere.newPage();
+      const { port } = new URL(service.address);
+      await remote.goto(`http://console.example.test:${port}/console/keys`);
+      await remote.getByText('This console does not sign in over plain HTTP').waitFor();
+      await expect(remote.getByRole('button', { name: 'Sign in', exact: true }).count()).resolves.toBe(0);
+      await expect(remote.getByLabel('User').count()).resolves.toBe(0);
+    } finally {
+      await elsewhere.close();
+    }
+  });
+
   it('has no serious or critical accessibility violation on any page', () => {
     expect(Object.keys(violations).length).toBeGreaterThanOrEqual(10);
     expect(violations).toEqual(Object.fromEntries(Object.keys(violations).map((name) => [name, []])));

@@ -1,5 +1,5 @@
 import type { WebhookDeliveryAttempt } from '@playbook/client';
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { NoticeView, useNotice } from '../components/action';
 import { type Bar, BarChart } from '../components/bar-chart';
 import { when } from '../components/format';
@@ -9,6 +9,10 @@ import { Show, useLoad } from '../components/load';
 import { PagedTable } from '../components/paged-table';
 import { paths } from '../router';
 import type { SignedIn } from '../session';
+
+/** How often, and for how long, the deliveries are asked for again after a test event or a retry. */
+const WATCH_POLL_MS = 1000;
+const WATCH_FOR_MS = 15_000;
 
 /** How many hours the success-rate chart shows, up to the current one. */
 const CHART_HOURS = 24;
@@ -62,7 +66,23 @@ export function WebhookPage(props: { session: SignedIn; endpointId: string }) {
     [client, endpointId, page],
   );
   const found = endpoint.loaded.state === 'ready' ? endpoint.loaded.data : undefined;
-  const { notice, act } = useNotice(deliveries.reload);
+  // A test event or a retry is delivered in the background: the list is asked for again every second
+  // for a while, so that its attempt shows up without a Refresh.
+  const [watching, setWatching] = useState(0);
+  const { reload } = deliveries;
+  useEffect(() => {
+    if (watching === 0) return;
+    const timer = setInterval(reload, WATCH_POLL_MS);
+    const end = setTimeout(() => setWatching(0), WATCH_FOR_MS);
+    return () => {
+      clearInterval(timer);
+      clearTimeout(end);
+    };
+  }, [watching, reload]);
+  const { notice, act } = useNotice(() => {
+    reload();
+    setWatching((round) => round + 1);
+  });
   return (
     <>
       <p class="crumbs">
