@@ -247,6 +247,7 @@ describe('the console, signed in for development (D33)', () => {
     await page.getByRole('button', { name: 'Add endpoint' }).click();
     const dialog = page.getByRole('dialog', { name: 'Add endpoint' });
     await dialog.getByLabel('URL').fill(receiver.url('/hooks'));
+    await dialog.getByLabel('Description (optional)').fill(`Deploys ${MARKUP}`);
     await dialog.getByRole('button', { name: 'Create', exact: true }).click();
     await expect(dialog.getByLabel('Secret').textContent()).resolves.toMatch(/^whsec_/);
     await dialog.getByRole('button', { name: 'Done' }).click();
@@ -254,6 +255,9 @@ describe('the console, signed in for development (D33)', () => {
     await row.waitFor();
     await looked('webhooks');
     await row.getByRole('link').click();
+    await page.getByText(`Deploys ${MARKUP}`, { exact: true }).waitFor();
+    await expect(page.locator('main img, main b').count()).resolves.toBe(0);
+    expect(await scriptInjected(page)).toBe(false);
     await page.getByRole('button', { name: 'Send test event' }).click();
     await waitFor('the test event at the receiver', () => receiver.at('/hooks').length > 0);
     const delivered = page.getByRole('row', { name: 'webhook.test', exact: true });
