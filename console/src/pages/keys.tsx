@@ -184,7 +184,7 @@ export function KeysPage(props: { session: SignedIn }) {
               cells: (
                 <>
                   <td>
-                    <code>{`svc_sk_${key.environment}_${key.id}`}</code>
+                    <code class="prefix">{`svc_sk_${key.environment}_${key.id}`}</code>
                   </td>
                   <td>{key.scopes.join(', ')}</td>
                   {restricted && (
