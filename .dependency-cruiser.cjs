@@ -5,12 +5,14 @@
  * From the bottom: foundations every layer uses (errors, configuration, paging, text order, pacing of
  * long work, the schemas, metrics and traces); infrastructure (the database, HTTP answers, content
  * stores, the change log and its unit of work); the domain (accounts, identity, imports, the read
- * side, the audit list, Redis-shared state, publishing, the docs pages, webhooks, the sync feed); the edge (routes, and the
- * answers they keep in memory); and composition (the app, the services, the command line, the demo).
+ * side, the audit list, Redis-shared state, publishing, the docs pages, the console's built files,
+ * webhooks, the sync feed); the edge (routes, and the answers they keep in memory); and composition
+ * (the app, the services, the command line, the demo).
  */
 const FOUNDATIONS = '^src/(foundation|schemas|observability)/';
 const INFRASTRUCTURE = '^src/(db|http|content|changes)/';
-const DOMAIN = '^src/(accounts|auth|catalog-writes|import|catalog|audit|redis|publish|docs|webhooks|sync)/';
+const DOMAIN =
+  '^src/(accounts|auth|catalog-writes|import|catalog|audit|redis|publish|docs|console|webhooks|sync)/';
 const EDGE = '^src/(routes|answers)/';
 const COMPOSITION = '^src/(composition|cli)/';
 

@@ -6,8 +6,8 @@ import { configDefaults, defineConfig } from 'vitest/config';
  * Redis servers that its globalSetup starts (test/helpers/servers.ts); pure unit tests run once.
  * A `*.production.test.ts` file is about a production backend itself (outages, query plans on
  * PostgreSQL) and runs in the production project only. `once` holds what is tested once per CI run,
- * not once per Node.js version (the container image, which carries a Node of its own), on the same
- * servers as `production`.
+ * not once per Node.js version: the container image, which carries a Node of its own, and the console
+ * in a real browser, on the same servers as `production`.
  */
 const backendSuites = ['http', 'import', 'identity', 'auth', 'store', 'multi-instance'].map(
   (dir) => `test/${dir}/**/*.test.ts`,
@@ -54,6 +54,9 @@ export default defineConfig({
         test: {
           name: 'once',
           include: ['test/once/**/*.test.ts'],
+          testTimeout: 60_000,
+          // One at a time: each file starts services of its own, and a Chromium or the image.
+          fileParallelism: false,
           // The suite's servers, then the image, built before any test of it runs.
           globalSetup: ['test/helpers/servers.ts', 'test/once/build-image.ts'],
           env: productionEnv,

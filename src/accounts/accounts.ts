@@ -111,3 +111,31 @@ export async function createAccountIfAbsent(db: Db, accountId: string, now: stri
     .executeTakeFirst();
   return inserted !== undefined;
 }
+
+/** An account as its users see it (D33): its id, its display name when it has one, and its plan. */
+export interface AccountSummary {
+  readonly id: string;
+  readonly name?: string;
+  readonly plan: string;
+}
+
+/** The accounts a user may act for, described (D33: `GET /v3/identity/me`). */
+export type AccountDirectory = (accountIds: readonly string[]) => Promise<AccountSummary[]>;
+
+/**
+ * The accounts named by `ids`, in that order, each as stored or, when it has no row yet (a token may
+ * name an account nothing has been written for), with the default plan and no name.
+ */
+export async function describeAccounts(db: Db, ids: readonly string[]): Promise<AccountSummary[]> {
+  if (ids.length === 0) return [];
+  const rows = await db
+    .selectFrom('accounts')
+    .select(['id', 'name', 'plan'])
+    .where('id', 'in', [...ids])
+    .execute();
+  const stored = new Map(rows.map((row) => [row.id, row]));
+  return ids.map((id) => {
+    const row = stored.get(id);
+    return row?.name ? { id, name: row.name, plan: row.plan } : { id, plan: row?.plan ?? DEFAULT_PLAN };
+  });
+}

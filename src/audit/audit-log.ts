@@ -1,8 +1,9 @@
 import { type KeyManager, mayActFor } from '../auth/api-key-service.js';
 import { type Change, toChange } from '../changes/change-log.js';
 import type { ChangeRow, Db } from '../db/tables.js';
+import { InputError } from '../foundation/errors.js';
 import { type PageRequest, readPage } from '../foundation/paging.js';
-import type { AuditEvent, AuditEventPage } from '../schemas/audit.js';
+import type { AuditEvent, AuditEventPage, AuditFilter } from '../schemas/audit.js';
 
 /** How an event names its target: `catalog:org/handbook`, `resource:org/handbook/intro`, `api-key:<id>`. */
 function targetText(change: Change): string {
@@ -38,34 +39,45 @@ export interface LoggedEvent {
 export class AuditLog {
   constructor(private readonly db: Db) {}
 
-  /** An account's events, newest first, for a user who may act for it. */
+  /** An account's events, newest first, for a user who may act for it; only those `filter` lets through (D33). */
   async listFor(
     user: Pick<KeyManager, 'accounts'>,
     accountId: string,
-    request: PageRequest = {},
+    request: PageRequest & AuditFilter = {},
   ): Promise<AuditEventPage> {
     mayActFor(user, accountId);
+    const filtered = this.filtered(accountId, request);
     const { rows, meta } = await readPage(
       request,
       async () => {
-        const row = await this.db
-          .selectFrom('changes')
+        const row = await filtered
           .select((eb) => eb.fn.countAll<number | string>().as('count'))
-          .where('namespace', '=', accountId)
           .executeTakeFirstOrThrow();
         return Number(row.count);
       },
       (window) =>
-        this.db
-          .selectFrom('changes')
-          .selectAll()
-          .where('namespace', '=', accountId)
-          .orderBy('seq', 'desc')
-          .limit(window.limit)
-          .offset(window.offset)
-          .execute(),
+        filtered.selectAll().orderBy('seq', 'desc').limit(window.limit).offset(window.offset).execute(),
     );
     return { data: rows.map((row) => toAuditEvent(toChange(row))), meta };
+  }
+
+  /**
+   * The account's changes that `filter` lets through. Times are compared as the log writes them
+   * (`toISOString`, one length, so text order is time order): each bound is written that way first.
+   */
+  private filtered(accountId: string, filter: AuditFilter) {
+    const from = filter.from === undefined ? undefined : new Date(filter.from).toISOString();
+    const to = filter.to === undefined ? undefined : new Date(filter.to).toISOString();
+    if (from !== undefined && to !== undefined && to <= from) {
+      throw InputError.of('query', 'to', 'must be later than from');
+    }
+    let query = this.db.selectFrom('changes').where('namespace', '=', accountId);
+    if (filter.action !== undefined && filter.action.length > 0)
+      query = query.where('type', 'in', filter.action);
+    if (filter.actor !== undefined) query = query.where('actor_id', '=', filter.actor);
+    if (from !== undefined) query = query.where('at', '>=', from);
+    if (to !== undefined) query = query.where('at', '<', to);
+    return query;
   }
 
   /**

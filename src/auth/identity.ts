@@ -11,6 +11,7 @@ import { findApiKeyWithPlan } from './api-key-repository.js';
 import { ApiKeyService } from './api-key-service.js';
 import { type ApiKeyLookup, ApiKeyVerifier } from './api-key-verifier.js';
 import { CredentialAuthenticator } from './credential-authenticator.js';
+import { DevSignIn } from './dev-sign-in.js';
 import { DevTokenSigner } from './dev-signer.js';
 import { KeyExpiryNotices } from './key-expiry-notices.js';
 import { LeakReportSignatures } from './leak-reports.js';
@@ -58,6 +59,8 @@ export interface Identity {
   readonly tokens: AccessTokenVerifier;
   /** The embedded signer; absent when access tokens come from `PLAYBOOK_JWKS_URL`. */
   readonly signer?: DevTokenSigner;
+  /** D33: the development sign-in, beside the embedded signer and never without it. */
+  readonly devSignIn?: DevSignIn;
   readonly usage: UsageRecorder;
   /** D32: the `api_key.expiring` changes; `serve` starts them once listening. */
   readonly expiryNotices: KeyExpiryNotices;
@@ -105,6 +108,13 @@ export function createIdentity(
   const tokens = signer
     ? AccessTokenVerifier.embedded(signer, claims)
     : AccessTokenVerifier.remote(config.jwt.jwksUrl!, claims, options.jwks);
+  const devSignIn = signer
+    ? new DevSignIn(signer, {
+        openToEveryone: config.console.devSignInOpen,
+        maxTtlS: config.jwt.maxTtlS,
+        ...(options.now ? { now } : {}),
+      })
+    : undefined;
   const rateLimits = new RateLimits(config.rateLimit, options.rateCounter ?? new MemoryRateCounter(now));
   const authenticator = new CredentialAuthenticator(
     verifier,
@@ -145,7 +155,7 @@ export function createIdentity(
     ...(leakSignatures ? { leakSignatures } : {}),
     verifier,
     tokens,
-    ...(signer ? { signer } : {}),
+    ...(signer ? { signer, devSignIn } : {}),
     usage,
     expiryNotices,
     gettingStarted: (address) => gettingStarted(config, address),

@@ -56,6 +56,14 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
       // D29: the docs pages are rendered once, before the first request.
       const { renderDocs } = await import('../docs/docs-site.js');
       const docs = await renderDocs();
+      // D33: the console as `npm run build` made it, read once; a checkout without it serves the API.
+      const { loadConsole } = await import('../console/console-site.js');
+      const consoleSite = await loadConsole({
+        ...(config.console.oidc ? { oidc: config.console.oidc } : {}),
+        devSignIn: services.identity.devSignIn !== undefined,
+      });
+      if (!consoleSite)
+        logger.warn('the console is not built (npm run build makes it): /console is not served');
       // D31: `/readyz` fails until the instance listens with the change log followed, and from the stop
       // signal on, while the instance goes on serving for the shutdown delay.
       const instance = new InstanceState('starting');
@@ -69,6 +77,9 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
         servesFromMemory: () => services.servesFromMemory(),
         keys: services.identity.keys,
         audit: services.audit,
+        accounts: services.accounts,
+        ...(services.identity.devSignIn ? { devSignIn: services.identity.devSignIn } : {}),
+        ...(consoleSite ? { console: consoleSite } : {}),
         ...(services.sync ? { sync: services.sync } : {}),
         webhooks: services.webhooks,
         publish: {
@@ -165,7 +176,10 @@ answers the requests in flight, frees the port and exits 0. Further signals do n
       if (!stopping) services.storedDetails.start(services.follower);
       // D32: every instance looks for due expiry notices; each is made once, by whichever is first.
       if (!stopping) services.identity.expiryNotices.start();
-      for (const line of services.gettingStarted(address)) context.stderr.write(`${line}\n`);
+      // D33: the console's address beside the API's, in the same write, so that the banner is whole.
+      const [serving = '', ...firstSteps] = services.gettingStarted(address);
+      const banner = [serving, ...(consoleSite ? [`Console: ${address}/console`] : []), ...firstSteps];
+      context.stderr.write(banner.map((line) => `${line}\n`).join(''));
       if (metrics) context.stderr.write(`Metrics for Prometheus: ${metrics.address}/metrics\n`);
     });
 }

@@ -8,13 +8,16 @@ import Fastify, {
   type FastifyServerOptions,
   LogController,
 } from 'fastify';
+import type { AccountDirectory } from '../accounts/accounts.js';
 import type { ReadAnswers } from '../answers/read-answers.js';
 import type { AuditLog } from '../audit/audit-log.js';
 import type { ApiKeyService } from '../auth/api-key-service.js';
 import { type Authenticator, authenticationCounts } from '../auth/authenticator.js';
+import type { DevSignIn } from '../auth/dev-sign-in.js';
 import type { LeakReportSignatures } from '../auth/leak-reports.js';
 import type { AccessLimiter } from '../auth/rate-limits.js';
 import type { KeyUsage } from '../auth/usage-recorder.js';
+import type { ConsoleSite } from '../console/console-site.js';
 import { type DocsSite, renderDocs } from '../docs/docs-site.js';
 import { AccessLog, CREDENTIAL_SAFE_SERIALIZERS } from '../http/access-log.js';
 import { clientAddressOf, trustProxyOption } from '../http/client-address.js';
@@ -27,8 +30,11 @@ import { isCheckedInSlices } from '../http/sliced-body.js';
 import { Metrics } from '../observability/metrics.js';
 import type { Tracing } from '../observability/tracing.js';
 import type { PublishService } from '../publish/publish-service.js';
+import { consoleRoutes } from '../routes/console.js';
+import { devSignInRoutes } from '../routes/dev-sign-in.js';
 import { docsPagesRoutes } from '../routes/docs-pages.js';
 import { identityRoutes } from '../routes/identity.js';
+import { meRoutes } from '../routes/me.js';
 import { MemoryReads } from '../routes/memory-reads.js';
 import { type InstanceState, operationsRoutes, type ReadinessCheck } from '../routes/operations.js';
 import { playbookRoutes } from '../routes/playbook.js';
@@ -69,6 +75,15 @@ export interface AppDependencies {
   readonly sync?: { readonly feed: SyncFeed; readonly held?: HeldRequests };
   /** D28: webhook endpoints at `/v3/identity/webhook-endpoints`; an app built without them has none. */
   readonly webhooks?: WebhookEndpoints;
+  /** D33: the accounts `GET /v3/identity/me` describes; an app built without it has no such route. */
+  readonly accounts?: AccountDirectory;
+  /**
+   * D33: the development sign-in, where the embedded signer exists (a `test` deployment without an
+   * identity provider); an app built without it has no such route, as a `live` deployment never does.
+   */
+  readonly devSignIn?: DevSignIn;
+  /** D33: the console at `/console`, as `npm run build` made it; an app built without it serves none. */
+  readonly console?: ConsoleSite;
   /** D22: verifies leak reports' signatures; without it, leak reports answer 501. */
   readonly leakSignatures?: LeakReportSignatures;
   readonly readiness: readonly ReadinessCheck[];
@@ -299,6 +314,9 @@ export async function buildApp(deps: AppDependencies): Promise<FastifyInstance> 
     await app.register(identityRoutes(deps.keys, options));
   }
   if (deps.webhooks) await app.register(webhookRoutes(deps.webhooks));
+  if (deps.accounts) await app.register(meRoutes(deps.accounts));
+  if (deps.devSignIn) await app.register(devSignInRoutes(deps.devSignIn, deps.rateLimits));
+  if (deps.console) await app.register(consoleRoutes(deps.console));
 
   return app;
 }

@@ -104,8 +104,11 @@ const CHALLENGES: Record<CredentialPolicy, readonly string[]> = {
   'access-token': [BEARER_CHALLENGE],
 };
 
-/** Routes that answer pages for people (HTML, scripts, styles), not JSON: `Accept` is theirs to weigh. */
-const PAGES = '/docs';
+/**
+ * Routes that answer pages for people (HTML, scripts, styles), not JSON: `Accept` is theirs to weigh.
+ * The documentation (D29) and the console (D33).
+ */
+const PAGES = ['/docs', '/console'];
 
 /**
  * D29: what HTTP defines before a body is read. A request that accepts no answer the API can give
@@ -113,7 +116,11 @@ const PAGES = '/docs';
  */
 function unanswerable(request: FastifyRequest): Error | undefined {
   const route = request.routeOptions.url;
-  if (route !== undefined && !route.startsWith(PAGES) && !answersAcceptable(request.headers.accept)) {
+  if (
+    route !== undefined &&
+    !PAGES.some((pages) => route.startsWith(pages)) &&
+    !answersAcceptable(request.headers.accept)
+  ) {
     return new NotAcceptableError(
       'Accept rules out every answer of this operation: it answers application/json, and application/problem+json when it fails.',
     );

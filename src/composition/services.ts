@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { sql } from 'kysely';
+import { type AccountDirectory, describeAccounts } from '../accounts/accounts.js';
 import { AnswerCache } from '../answers/answer-cache.js';
 import { ReadAnswers } from '../answers/read-answers.js';
 import { AuditLog } from '../audit/audit-log.js';
@@ -65,6 +66,8 @@ export interface Services {
   readonly identity: Identity;
   /** D23: the audit list, read from the change log. */
   readonly audit: AuditLog;
+  /** D33: accounts as their users see them (`GET /v3/identity/me`). */
+  readonly accounts: AccountDirectory;
   /**
    * D27: the sync feed and the requests it holds, when the deployment's keys were given (they seal its
    * positions); a command that serves nothing needs neither.
@@ -250,6 +253,7 @@ export function createServices(
     rateLimits: identity.rateLimits,
     identity,
     audit,
+    accounts: (ids) => describeAccounts(databases.primary, ids),
     sync,
     deploymentKeys,
     webhooks,

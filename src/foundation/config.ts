@@ -1,5 +1,6 @@
 import { isIP } from 'node:net';
 import path from 'node:path';
+import { isLoopbackUrl } from '@playbook/client';
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { MAX_CATALOG_RESOURCES, MAX_CONTENT_BYTES_CEILING } from '../schemas/playbook.js';
@@ -38,6 +39,11 @@ const EnvSchema = Type.Object({
   PLAYBOOK_JWT_CLOCK_TOLERANCE_S: Type.Integer({ minimum: 0, maximum: 3600, default: 0 }),
   PLAYBOOK_JWT_MAX_TTL_S: Type.Integer({ minimum: 60, maximum: 31_536_000, default: 86_400 }),
   PLAYBOOK_LEAK_REPORT_KEYS_URL: Type.Optional(Type.String({ pattern: '^https?://' })),
+  PLAYBOOK_OIDC_ISSUER: Type.Optional(
+    Type.String({ pattern: '^https?://[^\\s]+$', description: "the identity provider's issuer URL" }),
+  ),
+  PLAYBOOK_OIDC_CLIENT_ID: Type.Optional(Type.String({ minLength: 1, maxLength: 256 })),
+  PLAYBOOK_DEV_SIGN_IN: Type.Union([Type.Literal('true'), Type.Literal('false')], { default: 'false' }),
   PLAYBOOK_MAX_KEYS_PER_ACCOUNT: Type.Integer({ minimum: 1, maximum: 1_000_000, default: 100 }),
   PLAYBOOK_RATE_LIMIT_MAX: Type.Integer({ minimum: 1, maximum: 1_000_000_000, default: 1200 }),
   PLAYBOOK_RATE_LIMIT_WINDOW_MS: Type.Integer({ minimum: 1000, maximum: 86_400_000, default: 60000 }),
@@ -184,6 +190,22 @@ export interface Config {
   readonly deploymentKeys?: readonly string[];
   /** D28: how webhook deliveries are made. */
   readonly webhooks: WebhookConfig;
+  /** D33: how people sign in to the console. */
+  readonly console: ConsoleConfig;
+}
+
+/** D33: how people sign in to the console at `/console`. */
+export interface ConsoleConfig {
+  /**
+   * The identity provider the console signs in with, by OpenID Connect's authorization code flow with
+   * PKCE (`PLAYBOOK_OIDC_ISSUER`, `PLAYBOOK_OIDC_CLIENT_ID`); absent, the console has no such sign-in.
+   */
+  readonly oidc?: { readonly issuer: string; readonly clientId: string };
+  /**
+   * `PLAYBOOK_DEV_SIGN_IN`: the development sign-in (a `test` deployment's embedded signer) answers
+   * clients on every address, not only those on this machine.
+   */
+  readonly devSignInOpen: boolean;
 }
 
 /** D28: how webhook deliveries are made. */
@@ -340,6 +362,7 @@ export function loadConfig(source: Readonly<Record<string, string | undefined>>)
     ...(env.PLAYBOOK_DEPLOYMENT_KEY === undefined
       ? {}
       : { deploymentKeys: parseDeploymentKeys(env.PLAYBOOK_DEPLOYMENT_KEY) }),
+    console: parseConsole(env),
     webhooks: {
       allowHttp: env.PLAYBOOK_WEBHOOK_ALLOW_HTTP === 'true',
       allowPrivate: env.PLAYBOOK_WEBHOOK_ALLOW_PRIVATE === 'true',
@@ -393,6 +416,42 @@ export function checkLiveTokens(config: {
       `PLAYBOOK_JWKS_URL=${JSON.stringify(withoutCredentials(jwksUrl))} is not valid with PLAYBOOK_ENVIRONMENT=live: expected an https:// URL, so that the keys that sign access tokens cannot be altered on the way`,
     );
   }
+}
+
+/**
+ * D33: the console's sign-in. An identity provider is named by both its issuer and the console's
+ * client id, or by neither; its issuer is `https:` (plain `http:` to a loopback host by its text
+ * alone, as D14 judges hosts, for a provider on the same machine). The development sign-in exists only
+ * beside the embedded signer, so opening it where there is none (a `live` deployment, or tokens from
+ * `PLAYBOOK_JWKS_URL`) is a mistake to name.
+ */
+function parseConsole(env: Env): ConsoleConfig {
+  const issuer = env.PLAYBOOK_OIDC_ISSUER;
+  const clientId = env.PLAYBOOK_OIDC_CLIENT_ID;
+  if ((issuer === undefined) !== (clientId === undefined)) {
+    const missing = issuer === undefined ? 'PLAYBOOK_OIDC_ISSUER' : 'PLAYBOOK_OIDC_CLIENT_ID';
+    const given = issuer === undefined ? 'PLAYBOOK_OIDC_CLIENT_ID' : 'PLAYBOOK_OIDC_ISSUER';
+    throw new ConfigError(`${missing} is required with ${given}: the console signs in with both or neither`);
+  }
+  if (
+    issuer !== undefined &&
+    !issuer.startsWith('https://') &&
+    !(issuer.startsWith('http://') && isLoopbackUrl(issuer))
+  ) {
+    throw new ConfigError(
+      `PLAYBOOK_OIDC_ISSUER=${JSON.stringify(withoutCredentials(issuer))} is not valid: expected an https:// URL (plain http:// only to localhost or a loopback address), so that sign-ins cannot be read or altered on the way`,
+    );
+  }
+  const devSignInOpen = env.PLAYBOOK_DEV_SIGN_IN === 'true';
+  if (devSignInOpen && (env.PLAYBOOK_ENVIRONMENT === 'live' || env.PLAYBOOK_JWKS_URL !== undefined)) {
+    throw new ConfigError(
+      'PLAYBOOK_DEV_SIGN_IN=true is not valid here: the development sign-in exists only in a test deployment that signs its own tokens (no PLAYBOOK_JWKS_URL, PLAYBOOK_ENVIRONMENT=test)',
+    );
+  }
+  return {
+    ...(issuer !== undefined && clientId !== undefined ? { oidc: { issuer, clientId } } : {}),
+    devSignInOpen,
+  };
 }
 
 const DURATION_UNITS_MS: Readonly<Record<string, number>> = {

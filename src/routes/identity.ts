@@ -138,7 +138,7 @@ export function identityRoutes(
           operationId: 'listAuditEvents',
           summary: "List an account's audit events, newest first",
           description:
-            "Every write of the account's Catalogs and every key event (creation, roll, revocation, leak revocation), with who did it and the request id. Events are never changed or removed.",
+            "Every write of the account's Catalogs and every key event (creation, roll, revocation, leak revocation), with who did it and the request id. Events are never changed or removed. The filters narrow the list: action (one or more change types), actor (the actor's id), from (at or after) and to (before); a bad one is a 400 naming it.",
           tags: ['identity'],
           security,
           querystring: ListAuditEventsQuery,

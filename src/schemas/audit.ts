@@ -34,6 +34,9 @@ export const CHANGE_TYPES = [
   'webhook_endpoint.deleted',
 ] as const;
 
+/** The longest actor id an event can hold, and so the longest the `actor` filter takes. */
+const MAX_ACTOR_ID = 2048;
+
 export const AUDIT_ACTOR_TYPES = ['api-key', 'user', 'operator', 'leak-report', 'service'] as const;
 
 export const AuditEvent = Type.Object(
@@ -48,7 +51,7 @@ export const AuditEvent = Type.Object(
       }),
       id: Type.Optional(
         Type.String({
-          maxLength: 2048,
+          maxLength: MAX_ACTOR_ID,
           description: 'the key id, the user (token subject), or the leak URL',
         }),
       ),
@@ -78,7 +81,34 @@ export const AuditEventPage = Page(AuditEvent, {
 });
 export type AuditEventPage = Static<typeof AuditEventPage>;
 
+/**
+ * D33: the audit list's filters. `action` takes change types, repeated or comma-separated (D3);
+ * `actor` is an actor's id as events show it; `from` and `to` bound `at`, `from` included and `to`
+ * left out, so that consecutive windows meet without overlap.
+ */
 export const ListAuditEventsQuery = Type.Object(
-  { accountId: AccountId, ...PageQuery },
+  {
+    accountId: AccountId,
+    action: Type.Optional(
+      Type.Array(StringEnum(CHANGE_TYPES), {
+        maxItems: CHANGE_TYPES.length,
+        description: 'only events of these actions; repeat or comma-separate',
+      }),
+    ),
+    actor: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: MAX_ACTOR_ID,
+        description: "only events whose actor's id is this: a key id, a user (token subject) or a leak URL",
+      }),
+    ),
+    from: Type.Optional({ ...DateTime, description: 'only events at or after this time' }),
+    to: Type.Optional({ ...DateTime, description: 'only events before this time' }),
+    ...PageQuery,
+  },
   { additionalProperties: false },
 );
+export type ListAuditEventsQuery = Static<typeof ListAuditEventsQuery>;
+
+/** Which events of an account a list shows (D33); every field left out lets every event through. */
+export type AuditFilter = Pick<ListAuditEventsQuery, 'action' | 'actor' | 'from' | 'to'>;

@@ -317,3 +317,78 @@ export const LeakVerdicts = Type.Array(
   { maxItems: 1000, title: 'LeakVerdicts' },
 );
 export type LeakVerdicts = Static<typeof LeakVerdicts>;
+
+/** D33: the most accounts `GET /v3/identity/me` lists; a token naming more is cut to these. */
+export const MAX_LISTED_ACCOUNTS = 1000;
+
+/** D33: who a user access token is, and the accounts it lets the user act for. */
+export const Me = Type.Object(
+  {
+    user: Type.Object({
+      id: Type.String({ minLength: 1, maxLength: 256, description: "the user: the token's subject" }),
+    }),
+    accounts: Type.Array(
+      Type.Object(
+        {
+          id: AccountId,
+          name: Type.Optional(
+            Type.String({ maxLength: 200, description: "the account's display name, when it has one" }),
+          ),
+          plan: Type.String({ maxLength: 120, description: "the account's plan (free until one is set)" }),
+        },
+        { title: 'UserAccount' },
+      ),
+      {
+        maxItems: MAX_LISTED_ACCOUNTS,
+        description: 'every account the token lets the user act for, in the order the token lists them',
+      },
+    ),
+    tokenExpiresAt: { ...DateTime, description: 'when the access token stops working' },
+  },
+  { title: 'Me' },
+);
+export type Me = Static<typeof Me>;
+
+/** D33: the development sign-in's bounds on a token's life, in seconds: an hour at most and by default. */
+export const MAX_DEV_SIGN_IN_TTL_S = 3600;
+
+/** D33: the development sign-in's request, as `playbook token` takes it. */
+export const DevSignInBody = Type.Object(
+  {
+    user: Type.String({
+      minLength: 1,
+      maxLength: 256,
+      pattern: '\\S',
+      description: "the user to sign in as: the token's subject",
+    }),
+    accounts: Type.Array(AccountId, {
+      minItems: 1,
+      maxItems: 100,
+      uniqueItems: true,
+      description: 'the accounts the user may act for',
+    }),
+    ttlSeconds: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: MAX_DEV_SIGN_IN_TTL_S,
+        description: `the token's life in seconds, ${MAX_DEV_SIGN_IN_TTL_S} (an hour) when left out; never past PLAYBOOK_JWT_MAX_TTL_S`,
+      }),
+    ),
+  },
+  { additionalProperties: false, title: 'DevSignInBody' },
+);
+export type DevSignInBody = Static<typeof DevSignInBody>;
+
+/** D33: the development sign-in's answer: a user access token, as an OAuth token endpoint gives one. */
+export const DevSignInToken = Type.Object(
+  {
+    accessToken: Type.String({
+      maxLength: 8192,
+      description: 'a user access token, for Authorization: Bearer',
+    }),
+    tokenType: Type.Literal('Bearer'),
+    expiresAt: { ...DateTime, description: 'when the token stops working' },
+  },
+  { title: 'DevSignInToken' },
+);
+export type DevSignInToken = Static<typeof DevSignInToken>;

@@ -1,5 +1,4 @@
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync } from 'node:crypto';
-import { LRUCache } from 'lru-cache';
 import type { Principal } from '../auth/principal.js';
 import type { CatalogPlace } from '../catalog/sync-reads.js';
 import type { DeploymentKeys, DeploymentKeyVersion } from '../foundation/deployment-key.js';

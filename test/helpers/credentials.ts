@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import pino from 'pino';
-import { setAccount } from '../../src/accounts/accounts.js';
+import { describeAccounts, setAccount } from '../../src/accounts/accounts.js';
 import { AuditLog } from '../../src/audit/audit-log.js';
 import { createIdentity, type Identity, type IdentityOptions } from '../../src/auth/identity.js';
 import { UnitOfWork, type UnitOfWorkOptions } from '../../src/changes/unit-of-work.js';
@@ -195,6 +195,8 @@ export async function buildIdentityApp(
     readiness: [],
     keys: identity.keys,
     audit: identity.audit,
+    accounts: (ids) => describeAccounts(backend.databases.primary, ids),
+    ...(identity.devSignIn ? { devSignIn: identity.devSignIn } : {}),
     webhooks: new WebhookEndpoints(backend.databases.primary, {
       writes: identity.writes,
       keys: () =>

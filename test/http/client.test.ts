@@ -9,6 +9,7 @@ import {
   type PlaybookOptions,
   parseApiKey,
   type ResponseInfo,
+  signInForDevelopment,
 } from '../../clients/typescript/src/index.js';
 import {
   composeApiKey,
@@ -205,6 +206,46 @@ describe('the TypeScript client (D24)', () => {
     });
   });
 
+  describe('the signed-in user and the development sign-in (D33)', () => {
+    it('me() names the user and the accounts of the token, with their plans', async () => {
+      const manager = new Playbook({ accessToken, baseUrl });
+      expect(await manager.me()).toMatchObject({
+        user: { id: 'ada' },
+        accounts: [{ id: 'acme', plan: 'pro' }],
+      });
+      await expect(client().me()).rejects.toMatchObject({ status: 401, code: 'unauthenticated' });
+    });
+
+    it('signInForDevelopment gets a token the client then uses, sent once and never retried', async () => {
+      const counted = countingFetch();
+      const token = await signInForDevelopment(
+        { baseUrl, fetch: counted.fetch },
+        { user: 'bo', accounts: ['acme', 'beta'], ttlSeconds: 120 },
+      );
+      expect(token.tokenType).toBe('Bearer');
+      expect(Date.parse(token.expiresAt) - Date.now()).toBeLessThanOrEqual(120_000);
+      const me = await new Playbook({ accessToken: token.accessToken, baseUrl }).me();
+      expect(me.user.id).toBe('bo');
+      expect(me.accounts.map((account) => account.id)).toEqual(['acme', 'beta']);
+
+      const failing = countingFetch(() => unavailable());
+      await expect(
+        signInForDevelopment({ baseUrl, fetch: failing.fetch }, { user: 'bo', accounts: ['acme'] }),
+      ).rejects.toMatchObject({ status: 503, requestId: 'outage-1' });
+      expect(failing.calls).toBe(1);
+      await expect(signInForDevelopment({ baseUrl }, { user: 'bo', accounts: [] })).rejects.toMatchObject({
+        status: 400,
+        errors: [expect.objectContaining({ name: 'accounts' })],
+      });
+    });
+
+    it('signInForDevelopment keeps to the rules of a base URL: no plain http to a host that is not loopback', async () => {
+      await expect(
+        signInForDevelopment({ baseUrl: 'http://playbook.example.test' }, { user: 'bo', accounts: ['acme'] }),
+      ).rejects.toThrow(TypeError);
+    });
+  });
+
   describe('publishing and the audit trail (D23)', () => {
     it('puts a Catalog (dry run first), a Resource, a version, archives both, with ETags and If-Match', async () => {
       // An account of its own, so that the reads around keep counting three Catalogs.
@@ -277,6 +318,29 @@ describe('the TypeScript client (D24)', () => {
         'resource.created',
         'catalog.updated',
       ]);
+      // D33: the filters go as the API takes them, a list of actions comma-separated.
+      const archived = await manager.auditEvents.list({
+        accountId: 'pubco',
+        action: ['catalog.archived', 'resource.archived'],
+        actor: 'pubco-writer',
+      });
+      expect(archived.data).toEqual([]);
+      const filtered: string[] = [];
+      for await (const event of manager.auditEvents.iterate({
+        accountId: 'pubco',
+        action: ['catalog.archived', 'resource.archived'],
+        from: '2000-01-01T00:00:00Z',
+        pageSize: 1,
+      }))
+        filtered.push(event.action);
+      expect(filtered).toEqual(['catalog.archived', 'resource.archived']);
+      await expect(
+        manager.auditEvents.list({
+          accountId: 'pubco',
+          from: '2030-01-01T00:00:00Z',
+          to: '2020-01-01T00:00:00Z',
+        }),
+      ).rejects.toMatchObject({ status: 400, errors: [expect.objectContaining({ name: 'to' })] });
     });
   });
 

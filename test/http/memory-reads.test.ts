@@ -293,7 +293,11 @@ describe('the fast path and the limits (D10)', () => {
   let app: FastifyInstance;
   let base: string;
 
+  /** Spied on once the first describe has let its spy go (both spy on the one prototype). */
+  let handled: MockInstance<MemoryReads['handle']> | undefined;
+
   beforeAll(async () => {
+    handled = vi.spyOn(MemoryReads.prototype, 'handle');
     backend = await createTestBackend();
     identity = createTestIdentity(backend, { env: { PLAYBOOK_RATE_LIMIT_MAX: '3' } });
     app = await buildIdentityApp(backend, identity);
@@ -302,6 +306,7 @@ describe('the fast path and the limits (D10)', () => {
     await givenResource(backend, handbook, { slug: 'doc' });
   });
   afterAll(async () => {
+    handled?.mockRestore();
     await app.close();
     await backend.cleanup();
   });
@@ -325,11 +330,6 @@ describe('the fast path and the limits (D10)', () => {
 
   /** Whether the last request over a socket was answered by the fast path. */
   const lastTakenFast = () => handled?.mock.results.at(-1)?.value === true;
-  let handled: MockInstance<MemoryReads['handle']> | undefined;
-  beforeAll(() => {
-    handled = vi.spyOn(MemoryReads.prototype, 'handle');
-  });
-  afterAll(() => handled?.mockRestore());
   const detail = () => `${base}/v3/playbook/catalogs/svc/handbook/resources/doc`;
 
   it("counts a key's own rate beside the deployment's, and shows the tighter (D32)", async () => {

@@ -33,6 +33,16 @@ describe('npm start (README)', () => {
     expect(catalogs.headers.get('content-type')).toMatch(/^application\/problem\+json/);
   });
 
+  it("prints the console's address right after the API's, and serves the console there (D33)", async () => {
+    const lines = started.stderr().split('\n');
+    const serving = lines.findIndex((line) => line.includes(`is serving on ${started.address}`));
+    expect(lines[serving + 1]).toBe(`Console: ${started.address}/console`);
+    const page = await fetch(`${started.address}/console`);
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(await page.text()).toContain('<meta name="playbook-console"');
+  });
+
   it('prints first steps that work as printed: a key made by the command line reads the demo Catalogs', async () => {
     const lines = started.stderr().split('\n');
     const first = lines.findIndex((line) => line.startsWith('First steps'));

@@ -26,6 +26,7 @@ describe('configuration (D13)', () => {
     expect(config.syncMaxWaiters).toBe(1000);
     expect(config.syncMaxWaitersPerKey).toBe(20);
     expect(config.webhooks.maxPendingPerEndpoint).toBe(10_000);
+    expect(config.console).toEqual({ devSignInOpen: false });
   });
 
   it('reads every variable it documents', () => {
@@ -293,6 +294,62 @@ describe('configuration (D13)', () => {
       expect(deploymentEnvironment({})).toBe('test');
       expect(deploymentEnvironment({ PLAYBOOK_ENVIRONMENT: 'live' })).toBe('live');
       expect(() => deploymentEnvironment({ PLAYBOOK_ENVIRONMENT: 'prod' })).toThrow(/^PLAYBOOK_ENVIRONMENT=/);
+    });
+  });
+
+  describe("the console's sign-in (D33)", () => {
+    const provider = {
+      PLAYBOOK_OIDC_ISSUER: 'https://id.example/',
+      PLAYBOOK_OIDC_CLIENT_ID: 'playbook-console',
+    };
+
+    it('names the identity provider by its issuer and the console client id', () => {
+      expect(loadConfig(provider).console).toEqual({
+        oidc: { issuer: 'https://id.example/', clientId: 'playbook-console' },
+        devSignInOpen: false,
+      });
+    });
+
+    it('takes plain http for an issuer on a loopback host only', () => {
+      for (const issuer of ['http://127.0.0.1:9000/', 'http://localhost:4000', 'http://[::1]:4000']) {
+        expect(loadConfig({ ...provider, PLAYBOOK_OIDC_ISSUER: issuer }).console.oidc?.issuer).toBe(issuer);
+      }
+      for (const issuer of ['http://id.example/', 'http://10.0.0.1/', 'http://127.0.0.1.example/']) {
+        expect(() => loadConfig({ ...provider, PLAYBOOK_OIDC_ISSUER: issuer })).toThrow(
+          /^PLAYBOOK_OIDC_ISSUER=".+" is not valid: expected an https:\/\/ URL/,
+        );
+      }
+      expect(() => loadConfig({ ...provider, PLAYBOOK_OIDC_ISSUER: 'id.example' })).toThrow(
+        /^PLAYBOOK_OIDC_ISSUER="id.example" is not valid/,
+      );
+    });
+
+    it('stops on one of the two without the other, naming the one missing', () => {
+      expect(() => loadConfig({ PLAYBOOK_OIDC_ISSUER: provider.PLAYBOOK_OIDC_ISSUER })).toThrow(
+        /^PLAYBOOK_OIDC_CLIENT_ID is required with PLAYBOOK_OIDC_ISSUER/,
+      );
+      expect(() => loadConfig({ PLAYBOOK_OIDC_CLIENT_ID: 'playbook-console' })).toThrow(
+        /^PLAYBOOK_OIDC_ISSUER is required with PLAYBOOK_OIDC_CLIENT_ID/,
+      );
+    });
+
+    it('opens the development sign-in to every client with PLAYBOOK_DEV_SIGN_IN=true, in a test deployment only', () => {
+      expect(loadConfig({ PLAYBOOK_DEV_SIGN_IN: 'true' }).console.devSignInOpen).toBe(true);
+      expect(() => loadConfig({ PLAYBOOK_DEV_SIGN_IN: 'yes' })).toThrow(
+        /^PLAYBOOK_DEV_SIGN_IN="yes" is not valid/,
+      );
+      const live = {
+        PLAYBOOK_ENVIRONMENT: 'live',
+        PLAYBOOK_JWKS_URL: 'https://id.example/.well-known/jwks.json',
+        PLAYBOOK_JWT_ISSUER: 'https://id.example/',
+        PLAYBOOK_JWT_AUDIENCE: 'playbook',
+      };
+      expect(loadConfig(live).console.devSignInOpen).toBe(false);
+      for (const env of [live, { PLAYBOOK_JWKS_URL: live.PLAYBOOK_JWKS_URL }]) {
+        expect(() => loadConfig({ ...env, PLAYBOOK_DEV_SIGN_IN: 'true' })).toThrow(
+          /^PLAYBOOK_DEV_SIGN_IN=true is not valid here: the development sign-in exists only in a test deployment/,
+        );
+      }
     });
   });
 

@@ -61,6 +61,9 @@ export type ResourceWriteReport = Json<'putResource', 200>;
 export type AuditEventPage = Json<'listAuditEvents', 200>;
 export type AuditEvent = AuditEventPage['data'][number];
 export type AuditEventQuery = Query<'listAuditEvents'>;
+export type Me = Json<'getMe', 200>;
+export type DevSignInInput = Body<'devSignIn'>;
+export type DevSignInToken = Json<'devSignIn', 200>;
 export type { Written };
 
 /** Options of a write: its preconditions. */
@@ -135,28 +138,14 @@ export class Playbook {
       // The key itself is never part of a message.
       throw new TypeError('Playbook: apiKey is not a valid API key (its format or checksum does not hold)');
     }
-    const baseUrl = URL.canParse(options.baseUrl) ? new URL(options.baseUrl) : undefined;
-    if (!baseUrl || (baseUrl.protocol !== 'https:' && baseUrl.protocol !== 'http:')) {
-      throw new TypeError('Playbook: baseUrl must be an http(s) URL, e.g. https://playbook.example.com');
-    }
-    if (baseUrl.username !== '' || baseUrl.password !== '') {
-      // fetch refuses such a URL, and the URL itself would show in every message; neither part is sent.
-      throw new TypeError(
-        'Playbook: baseUrl may not hold a user name or password: the API key is the credential',
-      );
-    }
-    if (baseUrl.protocol === 'http:' && !isLoopbackUrl(baseUrl) && options.allowInsecureHttp !== true) {
-      throw new TypeError(
-        `Playbook: baseUrl is plain http to ${baseUrl.host}, which is not loopback: the credential would cross the network readable by anyone on the way; use https, or allowInsecureHttp: true to send it anyway`,
-      );
-    }
+    checkBaseUrl(options);
     const credential =
       apiKey !== undefined
         ? { header: 'x-api-key', value: apiKey, cacheName: async () => `key:${parseApiKey(apiKey)!.keyId}` }
         : { header: 'authorization', value: `Bearer ${accessToken}`, cacheName: digestName(accessToken!) };
     const cache = options.cache === true ? new MemoryCache() : options.cache || undefined;
     this.transport = new Transport({
-      baseUrl: options.baseUrl.endsWith('/') ? options.baseUrl : `${options.baseUrl}/`,
+      baseUrl: withSlash(options.baseUrl),
       credential,
       accountId: options.accountId,
       timeoutMs: options.timeoutMs ?? 30_000,
@@ -374,6 +363,16 @@ export class Playbook {
       everyItem((page) => this.auditEvents.list({ ...query, page }, options), query.page),
   };
 
+  /**
+   * Who the access token is, and the accounts it lets the user act for, with their names and plans.
+   *
+   * @example
+   * const me = await playbook.me();
+   * console.log(me.user.id, me.accounts.map((account) => account.id));
+   */
+  readonly me = (options: CallOptions = {}): Promise<Me> =>
+    this.get('getMe', 'v3/identity/me', undefined, options);
+
   /** Webhook endpoints of an account, with an access token of one of its users (webhook-endpoints.ts). */
   readonly webhookEndpoints = webhookEndpointsOf(() => this.transport);
 
@@ -436,6 +435,74 @@ export class Playbook {
         callerHeaders: options.headers,
       }),
   };
+}
+
+/** Where the service is, as `Playbook` and `signInForDevelopment` take it. */
+type Location = Pick<PlaybookOptions, 'baseUrl' | 'allowInsecureHttp'>;
+
+/** Refuses a `baseUrl` a credential must not be sent to (D14), before anything is sent. */
+function checkBaseUrl(options: Location): void {
+  const baseUrl = URL.canParse(options.baseUrl) ? new URL(options.baseUrl) : undefined;
+  if (!baseUrl || (baseUrl.protocol !== 'https:' && baseUrl.protocol !== 'http:')) {
+    throw new TypeError('Playbook: baseUrl must be an http(s) URL, e.g. https://playbook.example.com');
+  }
+  if (baseUrl.username !== '' || baseUrl.password !== '') {
+    // fetch refuses such a URL, and the URL itself would show in every message; neither part is sent.
+    throw new TypeError(
+      'Playbook: baseUrl may not hold a user name or password: the API key is the credential',
+    );
+  }
+  if (baseUrl.protocol === 'http:' && !isLoopbackUrl(baseUrl) && options.allowInsecureHttp !== true) {
+    throw new TypeError(
+      `Playbook: baseUrl is plain http to ${baseUrl.host}, which is not loopback: the credential would cross the network readable by anyone on the way; use https, or allowInsecureHttp: true to send it anyway`,
+    );
+  }
+}
+
+function withSlash(baseUrl: string): string {
+  return baseUrl.endsWith('/') ? baseUrl : `${baseUrl}/`;
+}
+
+/**
+ * Signs in for development: a short-lived user access token from a `test` deployment that signs its
+ * own tokens, for the user and accounts given, as `playbook token` mints one. The service answers
+ * clients on its own machine only, unless it is started with `PLAYBOOK_DEV_SIGN_IN=true`; a `live`
+ * deployment has no such operation (404). Sent once, never retried: each call mints a token.
+ *
+ * @example
+ * const { accessToken } = await signInForDevelopment(
+ *   { baseUrl: 'http://127.0.0.1:8080' },
+ *   { user: 'ada', accounts: ['demo'] },
+ * );
+ * const playbook = new Playbook({ accessToken, baseUrl: 'http://127.0.0.1:8080' });
+ */
+export async function signInForDevelopment(
+  options: Location & Pick<PlaybookOptions, 'fetch' | 'timeoutMs'>,
+  input: DevSignInInput,
+  call: CallOptions = {},
+): Promise<DevSignInToken> {
+  checkBaseUrl(options);
+  const transport = new Transport({
+    baseUrl: withSlash(options.baseUrl),
+    credential: undefined,
+    accountId: undefined,
+    timeoutMs: options.timeoutMs ?? 30_000,
+    maxRetries: 0,
+    retryBaseMs: 250,
+    maxRetryDelayMs: 20_000,
+    cache: undefined,
+    fetch: options.fetch ?? globalThis.fetch,
+    onResponse: undefined,
+  });
+  return transport.send({
+    operation: 'devSignIn',
+    method: 'POST',
+    path: 'v3/identity/dev-sign-in',
+    body: input,
+    idempotent: false,
+    signal: call.signal,
+    callerHeaders: call.headers,
+  });
 }
 
 /** A cache name for a token that does not hold the token: the hex SHA-256 of it, computed once. */

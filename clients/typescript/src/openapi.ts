@@ -299,7 +299,7 @@ export interface paths {
         };
         /**
          * List an account's audit events, newest first
-         * @description Every write of the account's Catalogs and every key event (creation, roll, revocation, leak revocation), with who did it and the request id. Events are never changed or removed.
+         * @description Every write of the account's Catalogs and every key event (creation, roll, revocation, leak revocation), with who did it and the request id. Events are never changed or removed. The filters narrow the list: action (one or more change types), actor (the actor's id), from (at or after) and to (before); a bad one is a 400 naming it.
          */
         get: operations["listAuditEvents"];
         put?: never;
@@ -476,6 +476,50 @@ export interface paths {
          * @description A delivery like any other, signed and retried, whatever types the endpoint takes: a way to check a receiver. A disabled endpoint is sent nothing (409 endpoint_disabled).
          */
         post: operations["sendWebhookTestEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/identity/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Who the access token is, and the accounts it lets the user act for
+         * @description The user (the token's subject), each account the token lists with its name and plan, and when the token expires. An API key is refused (401): it acts for one account and is no user.
+         */
+        get: operations["getMe"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /**
+         * Headers of: Who the access token is, and the accounts it lets the user act for
+         * @description Answers as GET does, with the same status and headers (a 304 included), and no body (RFC 9110 §9.3.2): the ETag tells whether a held answer is current.
+         */
+        head: operations["headGetMe"];
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/identity/dev-sign-in": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sign in for development: a short-lived access token from the embedded signer
+         * @description Only on a test deployment that signs its own access tokens (no PLAYBOOK_JWKS_URL); a live deployment has no such operation. Mints a user access token for the user and accounts given, as playbook token does, living ttlSeconds (an hour at most). Answers clients on the service's own machine only (by the client address after PLAYBOOK_TRUST_PROXY; 403 for any other) unless PLAYBOOK_DEV_SIGN_IN=true. Each request counts against the client address's rate limit.
+         */
+        post: operations["devSignIn"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1266,6 +1310,38 @@ export interface components {
                 /** Format: int64 */
                 total: number;
             };
+        };
+        UserAccount: {
+            /** @description account id (`svc` names the service, never an account) */
+            id: string;
+            /** @description the account's display name, when it has one */
+            name?: string;
+            /** @description the account's plan (free until one is set) */
+            plan: string;
+        };
+        Me: {
+            user: {
+                /** @description the user: the token's subject */
+                id: string;
+            };
+            /** @description every account the token lets the user act for, in the order the token lists them */
+            accounts: components["schemas"]["UserAccount"][];
+            /**
+             * Format: date-time
+             * @description when the access token stops working
+             */
+            tokenExpiresAt: string;
+        };
+        DevSignInToken: {
+            /** @description a user access token, for Authorization: Bearer */
+            accessToken: string;
+            /** @enum {string} */
+            tokenType: "Bearer";
+            /**
+             * Format: date-time
+             * @description when the token stops working
+             */
+            expiresAt: string;
         };
     };
     responses: never;
@@ -6391,6 +6467,14 @@ export interface operations {
             query: {
                 /** @description account id (`svc` names the service, never an account) */
                 accountId: string;
+                /** @description only events of these actions; repeat or comma-separate */
+                action?: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted")[];
+                /** @description only events whose actor's id is this: a key id, a user (token subject) or a leak URL */
+                actor?: string;
+                /** @description only events at or after this time */
+                from?: string;
+                /** @description only events before this time */
+                to?: string;
                 /** @description page number, default 1 */
                 page?: number;
                 /** @description items per page, default 20 */
@@ -6553,6 +6637,14 @@ export interface operations {
             query: {
                 /** @description account id (`svc` names the service, never an account) */
                 accountId: string;
+                /** @description only events of these actions; repeat or comma-separate */
+                action?: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted")[];
+                /** @description only events whose actor's id is this: a key id, a user (token subject) or a leak URL */
+                actor?: string;
+                /** @description only events at or after this time */
+                from?: string;
+                /** @description only events before this time */
+                to?: string;
                 /** @description page number, default 1 */
                 page?: number;
                 /** @description items per page, default 20 */
@@ -9003,6 +9095,410 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
                     "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
                     "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getMe: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The signed-in user and their accounts */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    "Content-Encoding": components["headers"]["ContentEncodingOptional"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Me"];
+                };
+            };
+            /** @description Not modified: If-None-Match names the current validator of this representation; no body */
+            304: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request: each problem named in `errors` (at most 20), or `limit_reached` when a limit of the deployment is reached */
+            400: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No credential, or one that is malformed, unknown, expired, revoked or of the other environment; WWW-Authenticate names the credentials the operation takes */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "WWW-Authenticate": components["headers"]["WwwAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Asked of this path with a method it does not take (this operation is not the one asked for); Allow lists the methods it takes */
+            405: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Allow: components["headers"]["Allow"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
+            406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests for this credential, or too many failed authentications from this address */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The service could not complete the request; the request id finds it in the logs */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A backend of the service is unavailable, or the instance is stopping; retry after Retry-After */
+            503: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    headGetMe: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The signed-in user and their accounts */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    "Content-Encoding": components["headers"]["ContentEncodingOptional"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not modified: If-None-Match names the current validator of this representation; no body */
+            304: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    ETag: components["headers"]["ETag"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Vary: components["headers"]["Vary"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request: each problem named in `errors` (at most 20), or `limit_reached` when a limit of the deployment is reached */
+            400: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No credential, or one that is malformed, unknown, expired, revoked or of the other environment; WWW-Authenticate names the credentials the operation takes */
+            401: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "WWW-Authenticate": components["headers"]["WwwAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Asked of this path with a method it does not take (this operation is not the one asked for); Allow lists the methods it takes */
+            405: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Allow: components["headers"]["Allow"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
+            406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Too many requests for this credential, or too many failed authentications from this address */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The service could not complete the request; the request id finds it in the logs */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description A backend of the service is unavailable, or the instance is stopping; retry after Retry-After */
+            503: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    devSignIn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description the user to sign in as: the token's subject */
+                    user: string;
+                    /** @description the accounts the user may act for */
+                    accounts: string[];
+                    /**
+                     * Format: int32
+                     * @description the token's life in seconds, 3600 (an hour) when left out; never past PLAYBOOK_JWT_MAX_TTL_S
+                     */
+                    ttlSeconds?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description The access token: keep it in memory, never in storage */
+            200: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DevSignInToken"];
+                };
+            };
+            /** @description Invalid request: each problem named in `errors` (at most 20), or `limit_reached` when a limit of the deployment is reached */
+            400: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The credential lacks the scope, account or plan the operation needs */
+            403: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Asked of this path with a method it does not take (this operation is not the one asked for); Allow lists the methods it takes */
+            405: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    Allow: components["headers"]["Allow"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Accept rules out application/json and application/problem+json, the only media types the API answers in */
+            406: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is larger than the operation takes, decided from Content-Length before it is read (or as a chunked body passes the limit); the connection is closed */
+            413: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not JSON: the operation takes Content-Type: application/json, in UTF-8 and without a content coding */
+            415: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many requests for this credential, or too many failed authentications from this address */
+            429: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The service could not complete the request; the request id finds it in the logs */
+            500: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A backend of the service is unavailable, or the instance is stopping; retry after Retry-After */
+            503: {
+                headers: {
+                    "x-request-id": components["headers"]["RequestId"];
                     "Cache-Control": components["headers"]["CacheControl"];
                     "Retry-After": components["headers"]["RetryAfter"];
                     [name: string]: unknown;

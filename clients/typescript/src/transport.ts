@@ -117,11 +117,14 @@ export interface Written<T> {
 
 export interface TransportOptions {
   readonly baseUrl: string;
-  readonly credential: {
-    readonly header: string;
-    readonly value: string;
-    readonly cacheName: () => Promise<string>;
-  };
+  /** Absent for the one operation that takes none: the development sign-in, which makes one. */
+  readonly credential:
+    | {
+        readonly header: string;
+        readonly value: string;
+        readonly cacheName: () => Promise<string>;
+      }
+    | undefined;
   readonly accountId: string | undefined;
   readonly timeoutMs: number;
   readonly maxRetries: number;
@@ -155,14 +158,14 @@ export class Transport {
     call.signal?.throwIfAborted();
     const { options } = this;
     const headers = callerHeaders(call.callerHeaders);
-    headers.set(options.credential.header, options.credential.value);
+    if (options.credential) headers.set(options.credential.header, options.credential.value);
     if (options.accountId !== undefined) headers.set('x-account-id', options.accountId);
     if (call.body !== undefined) headers.set('content-type', 'application/json');
     for (const [name, value] of Object.entries(call.headers ?? {})) headers.set(name, value);
     const url = this.url(call);
     const cacheKey =
-      options.cache && call.method === 'GET' && !call.uncached
-        ? `${await options.credential.cacheName()} ${options.accountId ?? ''} ${url}`
+      options.cache && options.credential && call.method === 'GET' && !call.uncached
+        ? `${await options.credential!.cacheName()} ${options.accountId ?? ''} ${url}`
         : undefined;
     const cached = cacheKey === undefined ? undefined : options.cache!.get(cacheKey);
     if (cached) headers.set('if-none-match', cached.etag);
