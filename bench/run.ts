@@ -79,7 +79,12 @@ interface Scenario {
    * request to the same service while nobody writes (D26).
    */
   readonly versusNoWrites?: boolean;
-  /** The least ratio to what it is held against, for the two rows above. */
+  /**
+   * D32: sent with a key restricted in every way (Catalogs, addresses, a rate of its own), and held
+   * against the same request to the same service with the unrestricted key.
+   */
+  readonly versusUnrestricted?: boolean;
+  /** The least ratio to what it is held against, for the three rows above. */
   readonly minVersus?: number;
 }
 
@@ -268,6 +273,11 @@ async function benchReads(): Promise<number> {
       (await capture(service, key, { name: 'detail', path: detailPath, headers: {}, expectStatus: 200 }))
         .headers.etag ?? '';
     const pagePath = '/v3/playbook/catalogs/svc/bench/resources?pageSize=25&page=3';
+    const restrictedKey = await createReadKey(service, env, ['playbook:read'], 'bench', {
+      catalogs: ['svc/bench'],
+      allowedIps: ['127.0.0.0/8', '::1'],
+      rateLimit: { limit: 500_000_000, windowSeconds: 60 },
+    });
 
     const scenarios: Scenario[] = [
       {
@@ -317,6 +327,16 @@ async function benchReads(): Promise<number> {
         expectStatus: 200,
         minVersus: 0.9,
         versusNoWrites: true,
+      },
+      {
+        // D32: a key restricted to the Catalog, this machine's addresses and a rate of its own reads
+        // as fast as one without restrictions.
+        name: 'detail, restricted key',
+        path: detailPath,
+        headers: { 'x-api-key': restrictedKey },
+        expectStatus: 200,
+        minVersus: 0.95,
+        versusUnrestricted: true,
       },
       {
         // D25: what metrics cost, against the same service without them, rather than the floor.
@@ -434,20 +454,22 @@ async function benchReads(): Promise<number> {
       const publisher = scenario.versusNoWrites ? new Publisher(service, writerKey) : undefined;
       const others: Target[] = scenario.versusMetricsOff
         ? [{ url: `${bareService}${scenario.path}`, load, pid: bareServiceProcess.pid! }]
-        : scenario.versusNoWrites
-          ? [ours]
-          : [
-              {
-                url: `${bufferFloor}/answer/${index}`,
-                load: { connections: CONNECTIONS },
-                pid: bufferFloorProcess.pid!,
-              },
-              {
-                url: `${objectFloor}/answer/${scenario.floorOf ?? index}`,
-                load: { connections: CONNECTIONS },
-                pid: objectFloorProcess.pid!,
-              },
-            ];
+        : scenario.versusUnrestricted
+          ? [{ url, load: { connections: CONNECTIONS, headers }, pid: serviceProcess.pid! }]
+          : scenario.versusNoWrites
+            ? [ours]
+            : [
+                {
+                  url: `${bufferFloor}/answer/${index}`,
+                  load: { connections: CONNECTIONS },
+                  pid: bufferFloorProcess.pid!,
+                },
+                {
+                  url: `${objectFloor}/answer/${scenario.floorOf ?? index}`,
+                  load: { connections: CONNECTIONS },
+                  pid: objectFloorProcess.pid!,
+                },
+              ];
       const loaded: Target = publisher
         ? { ...ours, around: { start: () => publisher.start(), stop: () => publisher.stop() } }
         : ours;
@@ -479,7 +501,7 @@ async function benchReads(): Promise<number> {
       const missed: string[] = [];
       if (mine.errors > 0) missed.push(`${mine.errors} errors`);
       const targets: [number | undefined, number | undefined, string][] =
-        scenario.versusMetricsOff || scenario.versusNoWrites
+        scenario.versusMetricsOff || scenario.versusNoWrites || scenario.versusUnrestricted
           ? [[scenario.minVersus, ratio[0], 'versus']]
           : [
               [scenario.minBuffer, ratio[0], 'buffer'],

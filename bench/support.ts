@@ -162,12 +162,14 @@ export async function createReadKey(
   env: NodeJS.ProcessEnv,
   scopes: readonly string[] = ['playbook:read'],
   accountId = 'bench',
+  /** D32: what the key is limited to, as `POST /v3/identity/api-keys` takes it. */
+  restrictions?: Record<string, unknown>,
 ): Promise<string> {
   const token = cli(['token', '--user', 'bench', '--account', accountId], env).trim();
   const created = await fetch(`${base}/v3/identity/api-keys`, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ name: 'bench', accountId, scopes }),
+    body: JSON.stringify({ name: 'bench', accountId, scopes, ...(restrictions ? { restrictions } : {}) }),
   });
   if (created.status !== 201) throw new Error(`key creation answered ${created.status}`);
   return ((await created.json()) as { key: string }).key;
