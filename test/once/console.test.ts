@@ -1,4 +1,4 @@
-import { Playbook, PlaybookError, signInForDevelopment } from '@playbook/client';
+import { type CreatedApiKey, Playbook, PlaybookError, signInForDevelopment } from '@playbook/client';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -34,6 +34,8 @@ describe('the console, signed in for development (D33)', () => {
   let receiver: Receiver;
   /** The secret of the key the roll made, revoked next. */
   let rolledSecret = '';
+  /** The key the restrictions tests restrict, use and lift. */
+  let scopedKey: CreatedApiKey;
   const violations: Record<string, string[]> = {};
 
   /** Checks the page as it is now with axe-core, and keeps its screenshot. */
@@ -187,6 +189,172 @@ describe('the console, signed in for development (D33)', () => {
     await row.waitFor();
     await expect(row.locator('img, b').count()).resolves.toBe(0);
     expect(await scriptInjected(page)).toBe(false);
+  });
+
+  it('restricts a key (Catalogs, an address, a rate) and the API holds them, canonical', async () => {
+    const scoped = await admin.apiKeys.create({
+      name: 'scoped',
+      accountId: ACCOUNT,
+      scopes: ['playbook:read'],
+    });
+    scopedKey = scoped;
+    // A second Catalog, outside what the key will be restricted to.
+    const writer = await admin.apiKeys.create({
+      name: 'writer',
+      accountId: ACCOUNT,
+      scopes: ['playbook:write'],
+    });
+    await new Playbook({ apiKey: writer.key, baseUrl: service.address }).catalogs.put('handbook', {
+      name: 'Handbook',
+      version: '1',
+      resources: [],
+    });
+    await admin.apiKeys.revoke(writer.id);
+    await page.reload();
+    await signInWithForm(page, 'ada', `${ACCOUNT}, ${OTHER_ACCOUNT}`);
+    const row = page.getByRole('row', { name: 'scoped', exact: true });
+    await row.getByRole('button', { name: 'Edit restrictions' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Edit restrictions of key scoped' });
+    expect(await focused(dialog.getByLabel('Catalogs'))).toBe(true);
+    await dialog.getByLabel('Catalogs').fill('org/runbooks\nsvc/handbook\norg/runbooks');
+    // The test's own requests come from this machine, by either family.
+    await dialog.getByLabel('Allowed addresses').fill('::1, 10.1.2.3/8\n127.0.0.1');
+    await dialog.getByLabel('Requests').fill('100');
+    await dialog.getByLabel('Per seconds').fill('60');
+    await looked('keys-restrictions');
+    await dialog.getByRole('button', { name: 'Save restrictions', exact: true }).click();
+    await dialog.waitFor({ state: 'detached' });
+    await row.getByText('Catalogs: org/runbooks, svc/handbook').waitFor();
+    await row.getByText('Addresses: 10.0.0.0/8, 127.0.0.1, ::1').waitFor();
+    await row.getByText('Rate: 100 per 60 s').waitFor();
+    expect(await focused(row.getByRole('button', { name: 'Edit restrictions' }))).toBe(true);
+
+    await expect(admin.apiKeys.get(scoped.id)).resolves.toMatchObject({
+      restrictions: {
+        catalogs: ['org/runbooks', 'svc/handbook'],
+        allowedIps: ['10.0.0.0/8', '127.0.0.1', '::1'],
+        rateLimit: { limit: 100, windowSeconds: 60 },
+      },
+    });
+    const reader = new Playbook({ apiKey: scoped.key, baseUrl: service.address });
+    await expect(reader.catalogs.get('org', 'runbooks')).resolves.toMatchObject({ slug: 'runbooks' });
+    const outside = await reader.catalogs.get('org', 'handbook').catch((error: unknown) => error);
+    expect(outside).toBeInstanceOf(PlaybookError);
+    expect((outside as PlaybookError).status).toBe(404);
+  });
+
+  it('shows the 400 of a bad address naming allowedIps, and keeps what was typed', async () => {
+    const row = page.getByRole('row', { name: 'scoped', exact: true });
+    await row.getByRole('button', { name: 'Edit restrictions' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Edit restrictions of key scoped' });
+    await dialog.getByLabel('Allowed addresses').fill('10.0.0.300');
+    await dialog.getByRole('button', { name: 'Save restrictions', exact: true }).click();
+    const alert = dialog.getByRole('alert');
+    await alert.waitFor();
+    await expect(alert.locator('.problem-title').textContent()).resolves.not.toMatch(
+      /^$|Something went wrong/,
+    );
+    await expect(alert.textContent()).resolves.toMatch(/restrictions\.allowedIps\[0\]/);
+    await expect(alert.textContent()).resolves.toMatch(/Request id: \S+/);
+    await expect(dialog.getByLabel('Allowed addresses').inputValue()).resolves.toBe('10.0.0.300');
+    await looked('keys-restrictions-error');
+    await dialog.getByRole('button', { name: 'Cancel' }).click();
+    await dialog.waitFor({ state: 'detached' });
+    // Nothing was written on the refusal.
+    await expect(admin.apiKeys.get(scopedKey.id)).resolves.toMatchObject({
+      restrictions: { allowedIps: ['10.0.0.0/8', '127.0.0.1', '::1'] },
+    });
+  });
+
+  it('shows markup in a restriction, and in the name of the key it restricts, as text', async () => {
+    const row = page.getByRole('row', { name: MARKUP, exact: true });
+    await row.getByRole('button', { name: 'Edit restrictions' }).click();
+    const dialog = page.getByRole('dialog', { name: `Edit restrictions of key ${MARKUP}` });
+    await expect(dialog.getByRole('heading').textContent()).resolves.toBe(
+      `Edit restrictions of key ${MARKUP}`,
+    );
+    await dialog.getByLabel('Catalogs').fill(MARKUP);
+    await dialog.getByLabel('Allowed addresses').fill(MARKUP);
+    await dialog.getByRole('button', { name: 'Save restrictions', exact: true }).click();
+    const alert = dialog.getByRole('alert');
+    await alert.waitFor();
+    await expect(alert.textContent()).resolves.toMatch(/allowedIps/);
+    await expect(page.locator('main img, main b, dialog img, dialog b').count()).resolves.toBe(0);
+    expect(await scriptInjected(page)).toBe(false);
+    await dialog.getByRole('button', { name: 'Cancel' }).click();
+    await dialog.waitFor({ state: 'detached' });
+    await expect(admin.apiKeys.list({ accountId: ACCOUNT })).resolves.toMatchObject({
+      data: expect.arrayContaining([expect.objectContaining({ name: MARKUP, restrictions: null })]),
+    });
+  });
+
+  it("shows the key's requests per day by outcome once it has been used", async () => {
+    const row = page.getByRole('row', { name: 'scoped', exact: true });
+    await row.getByRole('button', { name: 'Usage' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Usage of key scoped' });
+    // Two reads in the previous test: one inside the key's Catalogs, one outside (404).
+    const today = new Date().toISOString().slice(0, 10);
+    const day = dialog.getByRole('row', { name: today, exact: true });
+    await day.waitFor();
+    await expect(day.locator('td').allTextContents()).resolves.toEqual(['1', '1', '0', '0', '0']);
+    await dialog
+      .getByRole('img', {
+        name: /^Requests per day: 2 requests over the last \d+ days, 1 of them successful$/,
+      })
+      .waitFor();
+    // More requests, then Refresh: what this instance counted shows at once.
+    const reader = new Playbook({ apiKey: scopedKey.key, baseUrl: service.address });
+    await reader.catalogs.list();
+    await reader.catalogs.list();
+    await dialog.getByRole('button', { name: 'Refresh' }).click();
+    await waitFor('the new requests in the chart', async () => {
+      const cells = await day.locator('td').allTextContents();
+      return cells[0] === '3';
+    });
+    await looked('keys-usage');
+    await dialog.getByRole('button', { name: 'Close' }).click();
+    await dialog.waitFor({ state: 'detached' });
+  });
+
+  it('shows an empty usage for a key never used, its markup name as text', async () => {
+    const row = page.getByRole('row', { name: MARKUP, exact: true });
+    await row.getByRole('button', { name: 'Usage' }).click();
+    const dialog = page.getByRole('dialog', { name: `Usage of key ${MARKUP}` });
+    await dialog.getByText('Last used: never').waitFor();
+    await dialog.getByText(/^No requests with this key in the last \d+ days\.$/).waitFor();
+    await expect(dialog.getByRole('img').count()).resolves.toBe(0);
+    await expect(page.locator('dialog img, dialog b').count()).resolves.toBe(0);
+    await dialog.getByRole('button', { name: 'Close' }).click();
+    await dialog.waitFor({ state: 'detached' });
+  });
+
+  it('lifts one restriction, then all of them, after a confirmation', async () => {
+    const row = page.getByRole('row', { name: 'scoped', exact: true });
+    await row.getByRole('button', { name: 'Edit restrictions' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Edit restrictions of key scoped' });
+    await expect(dialog.getByLabel('Requests').inputValue()).resolves.toBe('100');
+    await dialog.getByLabel('Requests').fill('');
+    await dialog.getByLabel('Per seconds').fill('');
+    await dialog.getByRole('button', { name: 'Save restrictions', exact: true }).click();
+    await dialog.waitFor({ state: 'detached' });
+    await expect(row.getByText('Rate:').count()).resolves.toBe(0);
+    await expect(admin.apiKeys.get(scopedKey.id)).resolves.toMatchObject({
+      restrictions: {
+        catalogs: ['org/runbooks', 'svc/handbook'],
+        allowedIps: ['10.0.0.0/8', '127.0.0.1', '::1'],
+        rateLimit: null,
+      },
+    });
+
+    await row.getByRole('button', { name: 'Lift restrictions' }).click();
+    const lift = page.getByRole('dialog', { name: 'Lift all restrictions of key scoped' });
+    await lift.getByRole('button', { name: 'Lift all restrictions', exact: true }).click();
+    await lift.waitFor({ state: 'detached' });
+    await row.getByText('None').waitFor();
+    await expect(row.getByRole('button', { name: 'Lift restrictions' }).count()).resolves.toBe(0);
+    await expect(admin.apiKeys.get(scopedKey.id)).resolves.toMatchObject({ restrictions: null });
+    const reader = new Playbook({ apiKey: scopedKey.key, baseUrl: service.address });
+    await expect(reader.catalogs.get('org', 'handbook')).resolves.toMatchObject({ slug: 'handbook' });
   });
 
   it('follows a Catalog to its Resources and a Resource to its content, shown as text', async () => {

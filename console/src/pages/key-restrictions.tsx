@@ -1,22 +1,8 @@
-import type { ApiKey } from '@playbook/client';
+import type { ApiKey, KeyRestrictions as Restrictions, UpdateApiKeyInput } from '@playbook/client';
+import { ActionDialog } from '../components/action-dialog';
+import type { SignedIn } from '../session';
 
-/**
- * What a key's restrictions look like on the wire (D32): the Catalogs it may read, the addresses it
- * may be used from, and a rate limit of its own. Read from the key object when the service sends the
- * field; a service without least-privilege keys sends none.
- */
-interface Restrictions {
-  readonly catalogs?: readonly string[] | null;
-  readonly allowedIps?: readonly string[] | null;
-  readonly rateLimit?: { readonly limit: number; readonly windowSeconds: number } | null;
-}
-
-function restrictionsOf(key: ApiKey): Restrictions | null | undefined {
-  if (!('restrictions' in key)) return undefined;
-  return (key as ApiKey & { restrictions?: Restrictions | null }).restrictions ?? null;
-}
-
-/** The lines that describe a key's restrictions. */
+/** The lines that describe a key's restrictions (D32), each shown as text. */
 function describe(restrictions: Restrictions): string[] {
   const lines: string[] = [];
   if (restrictions.catalogs) lines.push(`Catalogs: ${restrictions.catalogs.join(', ')}`);
@@ -28,19 +14,15 @@ function describe(restrictions: Restrictions): string[] {
 }
 
 /**
- * A key's restrictions (D32), as the Keys table shows them, apart from the rest of the page: "None"
- * when the key has none (the Keys page shows the column only when the service sends the field). The
- * "Edit restrictions" button shows only where the page can edit them (`onEdit`), which needs the
- * client's `apiKeys.update`; the editor and the usage chart (`apiKeys.usage`) go beside it.
+ * A key's restrictions as the Keys table shows them: "None" when it has none, and "Edit restrictions"
+ * (and "Lift restrictions" when it has some) where the key can still be changed: an active key that
+ * has not been rolled.
  */
-export function KeyRestrictions(props: { apiKey: ApiKey; onEdit?: () => void }) {
-  const restrictions = restrictionsOf(props.apiKey);
-  const lines = restrictions ? describe(restrictions) : [];
+export function KeyRestrictions(props: { apiKey: ApiKey; onEdit?: () => void; onLift?: () => void }) {
+  const lines = props.apiKey.restrictions ? describe(props.apiKey.restrictions) : [];
   return (
     <div class="restrictions">
-      {restrictions === undefined ? (
-        <span class="muted">—</span>
-      ) : lines.length === 0 ? (
+      {lines.length === 0 ? (
         <span class="muted">None</span>
       ) : (
         <ul class="plain">
@@ -54,6 +36,110 @@ export function KeyRestrictions(props: { apiKey: ApiKey; onEdit?: () => void }) 
           Edit restrictions
         </button>
       )}
+      {props.onLift && lines.length > 0 && (
+        <button type="button" onClick={props.onLift}>
+          Lift restrictions
+        </button>
+      )}
     </div>
+  );
+}
+
+/** The entries of a list field: one a line, or separated by commas; none lifts the restriction. */
+function entries(form: FormData, field: string): string[] | null {
+  const list = String(form.get(field) ?? '')
+    .split(/[\s,]+/)
+    .filter((entry) => entry !== '');
+  return list.length === 0 ? null : list;
+}
+
+/**
+ * The rate limit as typed: both numbers, or neither (which lifts it). A half-filled or malformed one is
+ * sent as typed, so that the service's 400 names the field that is wrong.
+ */
+function rateLimit(form: FormData): { limit: number; windowSeconds: number } | null {
+  const limit = String(form.get('limit') ?? '').trim();
+  const windowSeconds = String(form.get('windowSeconds') ?? '').trim();
+  if (limit === '' && windowSeconds === '') return null;
+  return { limit: Number(limit), windowSeconds: Number(windowSeconds) };
+}
+
+/**
+ * The patch the editor sends (a JSON Merge Patch, D32): every restriction as the form has it, an
+ * emptied field lifting that restriction.
+ */
+export function restrictionsPatch(form: FormData): UpdateApiKeyInput {
+  return {
+    restrictions: {
+      catalogs: entries(form, 'catalogs'),
+      allowedIps: entries(form, 'allowedIps'),
+      rateLimit: rateLimit(form),
+    },
+  };
+}
+
+interface DialogProps {
+  readonly session: SignedIn;
+  readonly apiKey: ApiKey;
+  readonly onClose: () => void;
+  readonly onChanged: () => void;
+}
+
+/** D32's restrictions of one key, edited field by field; an emptied field lifts that restriction. */
+export function EditRestrictionsDialog(props: DialogProps) {
+  const { apiKey, session, ...rest } = props;
+  const current = apiKey.restrictions;
+  return (
+    <ActionDialog
+      title={`Edit restrictions of key ${apiKey.name}`}
+      confirm="Save restrictions"
+      run={(form) => session.client.apiKeys.update(apiKey.id, restrictionsPatch(form))}
+      {...rest}
+    >
+      <p>Every instance applies a change within a second. Leave a field empty to lift that restriction.</p>
+      <label>
+        Catalogs (owner/slug or owner/*, one a line)
+        <textarea name="catalogs" rows={3} defaultValue={current?.catalogs?.join('\n') ?? ''} />
+      </label>
+      <label>
+        Allowed addresses (IP addresses or CIDR ranges, one a line)
+        <textarea name="allowedIps" rows={3} defaultValue={current?.allowedIps?.join('\n') ?? ''} />
+      </label>
+      <fieldset class="rate">
+        <legend>Rate limit</legend>
+        <label>
+          Requests
+          <input
+            name="limit"
+            inputMode="numeric"
+            defaultValue={current?.rateLimit ? String(current.rateLimit.limit) : ''}
+          />
+        </label>
+        <label>
+          Per seconds
+          <input
+            name="windowSeconds"
+            inputMode="numeric"
+            defaultValue={current?.rateLimit ? String(current.rateLimit.windowSeconds) : ''}
+          />
+        </label>
+      </fieldset>
+    </ActionDialog>
+  );
+}
+
+/** Lifts every restriction of a key at once (`"restrictions": null`), after a confirmation. */
+export function LiftRestrictionsDialog(props: DialogProps) {
+  const { apiKey, session, ...rest } = props;
+  return (
+    <ActionDialog
+      title={`Lift all restrictions of key ${apiKey.name}`}
+      confirm="Lift all restrictions"
+      danger
+      run={() => session.client.apiKeys.update(apiKey.id, { restrictions: null })}
+      {...rest}
+    >
+      <p>The key may then read every Catalog of its account, from any address, at the deployment's rate.</p>
+    </ActionDialog>
   );
 }

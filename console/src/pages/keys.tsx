@@ -7,7 +7,8 @@ import { useAccountLoad } from '../components/load';
 import { PagedTable } from '../components/paged-table';
 import { OnceShownSecret } from '../components/secret';
 import type { SignedIn } from '../session';
-import { KeyRestrictions } from './key-restrictions';
+import { EditRestrictionsDialog, KeyRestrictions, LiftRestrictionsDialog } from './key-restrictions';
+import { KeyUsageDialog } from './key-usage';
 
 const SCOPES = ['playbook:read', 'playbook:write'] as const;
 const OVERLAPS = [
@@ -20,7 +21,10 @@ const OVERLAPS = [
 type Action =
   | { readonly kind: 'create' }
   | { readonly kind: 'roll'; readonly key: ApiKey }
-  | { readonly kind: 'revoke'; readonly key: ApiKey };
+  | { readonly kind: 'revoke'; readonly key: ApiKey }
+  | { readonly kind: 'restrict'; readonly key: ApiKey }
+  | { readonly kind: 'lift'; readonly key: ApiKey }
+  | { readonly kind: 'usage'; readonly key: ApiKey };
 
 function stateOf(key: ApiKey, now: number): string {
   if (key.revokedAt) return 'Revoked';
@@ -132,7 +136,10 @@ function RevokeKeyDialog(props: DialogProps & { apiKey: ApiKey }) {
   );
 }
 
-/** D33's Keys page: the account's keys, and creating, rolling and revoking them. */
+/**
+ * D33's Keys page: the account's keys with their restrictions, and creating, rolling, restricting and
+ * revoking them, and each key's usage (D32).
+ */
 export function KeysPage(props: { session: SignedIn }) {
   const { session } = props;
   const [page, setPage] = useState(1);
@@ -145,9 +152,6 @@ export function KeysPage(props: { session: SignedIn }) {
   );
   const close = useCallback(() => setAction(undefined), []);
   const now = Date.now();
-  // A service with least-privilege keys (D32) sends each key's restrictions; one without, none.
-  const restricted =
-    loaded.state === 'ready' && loaded.data?.data.some((key) => 'restrictions' in key) === true;
   return (
     <>
       <PageHeader
@@ -168,7 +172,7 @@ export function KeysPage(props: { session: SignedIn }) {
             'Name',
             'Prefix',
             'Scopes',
-            ...(restricted ? ['Restrictions'] : []),
+            'Restrictions',
             'Created',
             'Last used',
             'Expires',
@@ -187,16 +191,26 @@ export function KeysPage(props: { session: SignedIn }) {
                     <code class="prefix">{`svc_sk_${key.environment}_${key.id}`}</code>
                   </td>
                   <td>{key.scopes.join(', ')}</td>
-                  {restricted && (
-                    <td>
-                      <KeyRestrictions apiKey={key} />
-                    </td>
-                  )}
+                  <td>
+                    <KeyRestrictions
+                      apiKey={key}
+                      // Only an active key that has not been rolled can change (D32: 409 otherwise).
+                      {...(state === 'Active'
+                        ? {
+                            onEdit: () => setAction({ kind: 'restrict', key }),
+                            onLift: () => setAction({ kind: 'lift', key }),
+                          }
+                        : {})}
+                    />
+                  </td>
                   <td>{when(key.createdAt)}</td>
                   <td>{when(key.lastUsedAt)}</td>
                   <td>{when(key.expiresAt)}</td>
                   <td>{state}</td>
                   <td class="row-actions">
+                    <button type="button" onClick={() => setAction({ kind: 'usage', key })}>
+                      Usage
+                    </button>
                     {state === 'Active' && (
                       <button type="button" onClick={() => setAction({ kind: 'roll', key })}>
                         Roll
@@ -218,6 +232,13 @@ export function KeysPage(props: { session: SignedIn }) {
       {action?.kind === 'roll' && (
         <RollKeyDialog session={session} apiKey={action.key} onClose={close} onChanged={reload} />
       )}
+      {action?.kind === 'restrict' && (
+        <EditRestrictionsDialog session={session} apiKey={action.key} onClose={close} onChanged={reload} />
+      )}
+      {action?.kind === 'lift' && (
+        <LiftRestrictionsDialog session={session} apiKey={action.key} onClose={close} onChanged={reload} />
+      )}
+      {action?.kind === 'usage' && <KeyUsageDialog session={session} apiKey={action.key} onClose={close} />}
       {action?.kind === 'revoke' && (
         <RevokeKeyDialog session={session} apiKey={action.key} onClose={close} onChanged={reload} />
       )}
