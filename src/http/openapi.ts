@@ -299,6 +299,12 @@ const problemResponse = (status: string): Json & { content: Record<string, Json>
 
 /** Methods whose requests may carry a body, which may then be too large or not JSON (D29). */
 const WITH_BODY = new Set(['put', 'post', 'patch', 'delete']);
+/**
+ * Operations that take no credential but count each request against the client's address (D10), as
+ * failed credentials are: their answers carry that budget's headers.
+ */
+const COUNTED_BY_ADDRESS = new Set(['devSignIn']);
+
 /** Statuses answered before the credential is counted against its budget, if it ever is. */
 const UNCOUNTED = new Set(['400', '405', '500', '503']);
 /** Statuses whose problem document says when to try again. */
@@ -329,7 +335,8 @@ function completeOperation(method: string, operation: Operation, schemas: Json):
       if (schema.description === response.description) delete schema.description;
       response.content!['application/json']!.schema = named(schema, `${name}${status}`, schemas);
     }
-    response.headers = { ...response.headers, ...headersOf(method, operation, status, secured) };
+    const counted = secured || COUNTED_BY_ADDRESS.has(operation.operationId ?? '');
+    response.headers = { ...response.headers, ...headersOf(method, operation, status, counted) };
   }
 }
 
@@ -338,15 +345,15 @@ function headersOf(
   method: string,
   operation: Operation,
   status: string,
-  secured: boolean,
+  counted: boolean,
 ): Record<string, Json> {
   const headers: Record<string, Json> = { 'x-request-id': always('RequestId') };
-  if (secured && status !== '405') {
+  if (counted && status !== '405') {
     // Counted once the credential is known; refusals before that (a malformed request, an outage) are not.
-    const counted = UNCOUNTED.has(status) ? sometimes : always;
-    headers['RateLimit-Limit'] = counted('RateLimitLimit');
-    headers['RateLimit-Remaining'] = counted('RateLimitRemaining');
-    headers['RateLimit-Reset'] = counted('RateLimitReset');
+    const declared = UNCOUNTED.has(status) ? sometimes : always;
+    headers['RateLimit-Limit'] = declared('RateLimitLimit');
+    headers['RateLimit-Remaining'] = declared('RateLimitRemaining');
+    headers['RateLimit-Reset'] = declared('RateLimitReset');
   }
   const error = Number(status) >= 400;
   if (error) headers['Cache-Control'] = always('CacheControl');

@@ -9,6 +9,7 @@ import {
   Nullable,
   Page,
   PageQuery,
+  SLUG_PATTERN,
   StringEnum,
 } from './common.js';
 
@@ -334,7 +335,11 @@ export const Me = Type.Object(
           name: Type.Optional(
             Type.String({ maxLength: 200, description: "the account's display name, when it has one" }),
           ),
-          plan: Type.String({ maxLength: 120, description: "the account's plan (free until one is set)" }),
+          plan: Type.String({
+            maxLength: 120,
+            pattern: SLUG_PATTERN,
+            description: "the account's plan (free until one is set)",
+          }),
         },
         { title: 'UserAccount' },
       ),
@@ -384,6 +389,8 @@ export const DevSignInToken = Type.Object(
   {
     accessToken: Type.String({
       maxLength: 8192,
+      // A JWS in its compact form: three base64url parts.
+      pattern: '^[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+\\.[A-Za-z0-9_-]+$',
       description: 'a user access token, for Authorization: Bearer',
     }),
     tokenType: Type.Literal('Bearer'),

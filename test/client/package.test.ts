@@ -32,6 +32,7 @@ describe('@playbook/client in this repository (D24)', () => {
       'WebhookVerificationError',
       'isLoopbackUrl',
       'parseApiKey',
+      'signInForDevelopment',
       'verifyWebhook',
     ]);
     expect(client.parseApiKey('not a key')).toBeNull();

@@ -273,6 +273,7 @@ describe('@playbook/client packed and installed outside the repository (D29)', (
             'WebhookVerificationError',
             'isLoopbackUrl',
             'parseApiKey',
+            'signInForDevelopment',
             'verifyWebhook',
           ],
           otherBuild: moduleSystem === 'esm' ? true : null,

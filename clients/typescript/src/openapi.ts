@@ -6468,7 +6468,7 @@ export interface operations {
                 /** @description account id (`svc` names the service, never an account) */
                 accountId: string;
                 /** @description only events of these actions; repeat or comma-separate */
-                action?: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted")[];
+                action?: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "api_key.updated" | "api_key.expiring" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted")[];
                 /** @description only events whose actor's id is this: a key id, a user (token subject) or a leak URL */
                 actor?: string;
                 /** @description only events at or after this time */
@@ -6638,7 +6638,7 @@ export interface operations {
                 /** @description account id (`svc` names the service, never an account) */
                 accountId: string;
                 /** @description only events of these actions; repeat or comma-separate */
-                action?: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted")[];
+                action?: ("catalog.created" | "catalog.updated" | "catalog.version_published" | "catalog.archived" | "resource.created" | "resource.updated" | "resource.version_published" | "resource.archived" | "api_key.created" | "api_key.rolled" | "api_key.revoked" | "api_key.leak_revoked" | "api_key.updated" | "api_key.expiring" | "account.created" | "account.plan_changed" | "webhook_endpoint.created" | "webhook_endpoint.updated" | "webhook_endpoint.disabled" | "webhook_endpoint.deleted")[];
                 /** @description only events whose actor's id is this: a key id, a user (token subject) or a leak URL */
                 actor?: string;
                 /** @description only events at or after this time */
@@ -9398,6 +9398,9 @@ export interface operations {
             200: {
                 headers: {
                     "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
                     "Cache-Control": components["headers"]["CacheControl"];
                     [name: string]: unknown;
                 };
@@ -9409,6 +9412,9 @@ export interface operations {
             400: {
                 headers: {
                     "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
                     "Cache-Control": components["headers"]["CacheControl"];
                     [name: string]: unknown;
                 };
@@ -9420,6 +9426,9 @@ export interface operations {
             403: {
                 headers: {
                     "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
                     "Cache-Control": components["headers"]["CacheControl"];
                     [name: string]: unknown;
                 };
@@ -9443,6 +9452,9 @@ export interface operations {
             406: {
                 headers: {
                     "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
                     "Cache-Control": components["headers"]["CacheControl"];
                     [name: string]: unknown;
                 };
@@ -9454,6 +9466,9 @@ export interface operations {
             413: {
                 headers: {
                     "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
                     "Cache-Control": components["headers"]["CacheControl"];
                     [name: string]: unknown;
                 };
@@ -9465,6 +9480,9 @@ export interface operations {
             415: {
                 headers: {
                     "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
                     "Cache-Control": components["headers"]["CacheControl"];
                     [name: string]: unknown;
                 };
@@ -9476,6 +9494,9 @@ export interface operations {
             429: {
                 headers: {
                     "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimitReset"];
                     "Cache-Control": components["headers"]["CacheControl"];
                     "Retry-After": components["headers"]["RetryAfter"];
                     [name: string]: unknown;
@@ -9488,6 +9509,9 @@ export interface operations {
             500: {
                 headers: {
                     "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
                     "Cache-Control": components["headers"]["CacheControl"];
                     [name: string]: unknown;
                 };
@@ -9499,6 +9523,9 @@ export interface operations {
             503: {
                 headers: {
                     "x-request-id": components["headers"]["RequestId"];
+                    "RateLimit-Limit": components["headers"]["RateLimitLimitOptional"];
+                    "RateLimit-Remaining": components["headers"]["RateLimitRemainingOptional"];
+                    "RateLimit-Reset": components["headers"]["RateLimitResetOptional"];
                     "Cache-Control": components["headers"]["CacheControl"];
                     "Retry-After": components["headers"]["RetryAfter"];
                     [name: string]: unknown;
