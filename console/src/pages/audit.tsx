@@ -14,6 +14,8 @@ const ACTIONS = [
   'api_key.rolled',
   'api_key.revoked',
   'api_key.leak_revoked',
+  'api_key.updated',
+  'api_key.expiring',
   'catalog.created',
   'catalog.updated',
   'catalog.version_published',
